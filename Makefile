@@ -1,0 +1,49 @@
+# Every target works from a fresh clone on a machine with only Python: it creates .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch is installed before the project, so pip never pulls a multi-GB CUDA build.
+# Override, e.g.: make test TORCH_SPEC="torch==2.9.1" TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+# Parallel test workers (pytest-xdist); 0 runs in-process.
+TEST_WORKERS ?= 2
+
+.PHONY: demo test test-slow lint format type bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e ".[$*]"
+	touch $@
+
+$(VENV)/.installed-base: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e .
+	touch $@
+
+demo: $(VENV)/.installed-base
+	$(BIN)/python examples/demo.py
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+test-slow: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m slow $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+type: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,487 @@
+"""The shared natural-gradient ``train()`` pipeline of NPG and TRPO (see GUIDE.md section 2)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from abc import abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple, TypeVar
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.distributions import Distribution, kl_divergence
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import (
+    ActorCriticCnnPolicy,
+    ActorCriticPolicy,
+    BasePolicy,
+    MultiInputActorCriticPolicy,
+)
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.utils import explained_variance
+from torch.nn import functional as F
+
+from sb3_npg.common.clip import clip_grad_norm_
+from sb3_npg.common.natural_gradient import (
+    conjugate_gradient,
+    fisher_vector_product,
+    flat_grad,
+    get_flat_params,
+    kl_scaled_step_size,
+    set_flat_params_,
+)
+from sb3_npg.common.policy_parameters import split_actor_critic_parameters
+from sb3_npg.common.stats import WeightedMeans
+from sb3_npg.common.validation import (
+    check_float,
+    check_int,
+    check_learning_rate,
+    check_optional_float,
+    check_optional_int,
+)
+
+SelfNaturalPolicyGradient = TypeVar("SelfNaturalPolicyGradient", bound="NaturalPolicyGradient")
+
+#: Action spaces whose distributions have a closed-form KL in Stable-Baselines3.
+SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+#: Added to the advantages' standard deviation when normalizing them.
+ADVANTAGE_NORMALIZATION_EPS = 1e-8
+#: Keys recorded on every update even when no batch produced them (every step skipped, no critic epoch).
+ALWAYS_LOGGED_KEYS = (
+    "policy_objective",
+    "kl_divergence",
+    "entropy",
+    "surrogate_improvement",
+    "expected_improvement",
+    "step_fraction",
+    "cg_iterations",
+    "cg_residual",
+    "policy_grad_norm",
+    "value_loss",
+    "value_grad_norm",
+)
+#: The smallest rollout for which advantages can be normalized (a standard deviation needs two samples).
+MIN_NORMALIZED_ROLLOUT = 2
+
+
+class StepOutcome(NamedTuple):
+    """
+    What the step-acceptance hook did with a proposed natural step.
+
+    :param fraction: the fraction of the full step in place afterwards (0 when rejected)
+    :param surrogate: the surrogate objective at the parameters in place afterwards
+    :param kl: the mean KL from the base point to the parameters in place afterwards
+    :param last_candidate_kl: the KL of the last candidate the hook tried (tells why a line search failed)
+    """
+
+    fraction: float
+    surrogate: float
+    kl: float
+    last_candidate_kl: float
+
+
+@dataclass(frozen=True)
+class StepProposal:
+    """
+    A natural step ready for the acceptance hook.
+
+    :param params: the actor parameters
+    :param start: their values at the base point, flattened
+    :param full_step: the KL-scaled natural step, flattened
+    :param surrogate_before: the surrogate objective at the base point
+    :param evaluate: measures ``(surrogate, kl)`` at the parameters currently in place, without gradients
+    """
+
+    params: list[torch.nn.Parameter]
+    start: torch.Tensor
+    full_step: torch.Tensor
+    surrogate_before: float
+    evaluate: Callable[[], tuple[float, float]]
+
+    def apply(self, fraction: float) -> None:
+        """Put ``start + fraction * full_step`` into the parameters."""
+        set_flat_params_(self.params, self.start + fraction * self.full_step)
+
+
+class _PolicyBatch(NamedTuple):
+    """The tensors one natural step needs."""
+
+    observations: torch.Tensor | dict[str, torch.Tensor]
+    actions: torch.Tensor
+    advantages: torch.Tensor
+
+
+class _SkippedStep(Exception):
+    """Raised inside a natural step when a non-finite or degenerate quantity means the step must not be applied."""
+
+
+def _slice_observations(
+    observations: torch.Tensor | dict[str, torch.Tensor], index: slice
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    if isinstance(observations, dict):
+        return {key: value[index] for key, value in observations.items()}
+    return observations[index]
+
+
+def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
+    """
+    The mean over the batch of the true KL(old || new) between action distributions.
+
+    SB3's ``kl_divergence`` returns one value per action dimension (Box, MultiBinary) or per sub-action
+    (MultiDiscrete); those are independent, so the KL of the joint distribution is their sum.
+
+    :param old: the frozen distribution at the base point
+    :param new: the current distribution
+    :return: the scalar mean KL
+    """
+    per_sample = kl_divergence(old, new)
+    if per_sample.dim() > 1:
+        per_sample = per_sample.flatten(start_dim=1).sum(dim=1)
+    return per_sample.mean()
+
+
+class NaturalPolicyGradient(OnPolicyAlgorithm):
+    """
+    The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient update per policy
+    batch, then a critic fit. Subclasses decide only what to do with a proposed step (:meth:`_accept_step`).
+
+    The constructor arguments are documented on :class:`~sb3_npg.NPG`.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": ActorCriticPolicy,
+        "CnnPolicy": ActorCriticCnnPolicy,
+        "MultiInputPolicy": MultiInputActorCriticPolicy,
+    }
+    #: Whether :meth:`_accept_step` runs a line search (then its success rate is logged).
+    has_line_search: ClassVar[bool] = False
+    policy: ActorCriticPolicy
+    rollout_buffer: RolloutBuffer
+
+    def __init__(
+        self,
+        policy: str | type[ActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 1e-3,
+        n_steps: int = 2048,
+        batch_size: int = 128,
+        gamma: float = 0.99,
+        cg_max_steps: int = 15,
+        cg_damping: float = 0.1,
+        n_critic_updates: int = 10,
+        gae_lambda: float = 0.95,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        normalize_advantage: bool = True,
+        target_kl: float = 0.01,
+        sub_sampling_factor: int = 1,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        *,
+        max_grad_norm: float | None = 0.5,
+        cg_residual_tol: float = 1e-10,
+        policy_batch_size: int | None = None,
+        _init_setup_model: bool = True,
+    ):
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            ent_coef=0.0,  # no entropy bonus: the natural step follows the surrogate alone
+            vf_coef=0.0,  # the critic is fitted separately
+            max_grad_norm=0.0,  # replaced below by our own option, which may be None
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            device=device,
+            seed=seed,
+            _init_setup_model=False,
+            supported_action_spaces=None,  # checked below with a ValueError instead of SB3's assert
+        )
+        self.batch_size = batch_size
+        self.cg_max_steps = cg_max_steps
+        self.cg_damping = cg_damping
+        self.cg_residual_tol = cg_residual_tol
+        self.n_critic_updates = n_critic_updates
+        self.normalize_advantage = normalize_advantage
+        self.target_kl = target_kl
+        self.sub_sampling_factor = sub_sampling_factor
+        self.max_grad_norm = max_grad_norm  # type: ignore[assignment]
+        self.policy_batch_size = policy_batch_size
+        self.skipped_steps = 0
+        self._validate_hyperparameters()
+        if self.env is not None:
+            self._validate_environment()
+        if _init_setup_model:
+            self._setup_model()
+
+    # ------------------------------------------------------------------ set-up and validation
+
+    def _validate_hyperparameters(self) -> None:
+        """Raise a ``ValueError`` naming the first option outside its allowed range."""
+        check_learning_rate(self.learning_rate)
+        check_int("n_steps", self.n_steps, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_float("gamma", self.gamma, 0.0, 1.0)
+        check_float("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_int("cg_max_steps", self.cg_max_steps, 1)
+        check_float("cg_damping", self.cg_damping, 0.0)
+        check_float("cg_residual_tol", self.cg_residual_tol, 0.0)
+        check_int("n_critic_updates", self.n_critic_updates, 0)
+        check_float("target_kl", self.target_kl, 0.0, low_inclusive=False)
+        check_int("sub_sampling_factor", self.sub_sampling_factor, 1)
+        check_optional_float("max_grad_norm", self.max_grad_norm)
+        check_optional_int("policy_batch_size", self.policy_batch_size, 1)
+        check_int("stats_window_size", self._stats_window_size, 1)
+        if not isinstance(self.normalize_advantage, bool):
+            raise ValueError(f"`normalize_advantage` must be a bool, got {self.normalize_advantage!r}")
+        if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
+            raise ValueError(f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}")
+
+    def _validate_environment(self) -> None:
+        """Checks that need the environment: the action space and the rollout size."""
+        if not isinstance(self.action_space, SUPPORTED_ACTION_SPACES):
+            names = ", ".join(space.__name__ for space in SUPPORTED_ACTION_SPACES)
+            raise ValueError(
+                f"{type(self).__name__} does not support the action space {self.action_space}: "
+                f"supported action spaces are {names}"
+            )
+        rollout_size = self.n_steps * self.n_envs
+        if self.normalize_advantage and rollout_size < MIN_NORMALIZED_ROLLOUT:
+            raise ValueError(
+                f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
+                f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
+            )
+        for name, size in (("batch_size", self.batch_size), ("policy_batch_size", self.policy_batch_size)):
+            if size is not None and size > rollout_size:
+                warnings.warn(
+                    f"`{name}`={size} is larger than the rollout (n_steps * n_envs = {rollout_size}): "
+                    "each epoch uses one batch of the whole rollout",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self._actor_params, self._critic_params = split_actor_critic_parameters(self.policy)
+        # The critic's optimizer covers the critic's own parameters only: the actor moves by natural steps.
+        self.policy.optimizer = self.policy.optimizer_class(
+            self._critic_params,
+            lr=self.lr_schedule(1),  # type: ignore[call-arg]
+            **self.policy.optimizer_kwargs,
+        )
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_actor_params", "_critic_params"]
+
+    # ------------------------------------------------------------------ the update
+
+    def train(self) -> None:
+        """One update: a natural step per policy batch, then the critic fit, then one log record."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        policy_stats = WeightedMeans()
+        for batch in self._policy_batches():
+            self._natural_step(batch, policy_stats)
+            self._n_updates += 1
+        critic_stats = self._fit_critic()
+        self._record_logs(policy_stats.means(), critic_stats.means())
+
+    def _policy_batches(self) -> Iterator[_PolicyBatch]:
+        """The rollout (sub-sampled, advantages normalized over it) in shuffled batches of ``policy_batch_size``."""
+        rollout = next(self.rollout_buffer.get(batch_size=None))
+        index = slice(None, None, self.sub_sampling_factor)
+        observations = _slice_observations(rollout.observations, index)
+        actions = rollout.actions[index]
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = actions.long().flatten()
+        advantages = rollout.advantages[index]
+        if self.normalize_advantage and len(advantages) >= MIN_NORMALIZED_ROLLOUT:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + ADVANTAGE_NORMALIZATION_EPS)
+        size = len(advantages)
+        step = self.policy_batch_size or size
+        for start in range(0, size, step):
+            part = slice(start, start + step)
+            yield _PolicyBatch(_slice_observations(observations, part), actions[part], advantages[part])
+
+    def _natural_step(self, batch: _PolicyBatch, stats: WeightedMeans) -> None:
+        """Propose one KL-scaled natural step on ``batch`` from the current parameters, and hand it to the hook."""
+        with torch.no_grad():
+            old_distribution = copy.copy(self.policy.get_distribution(batch.observations))
+            base_log_prob = old_distribution.log_prob(batch.actions)
+        distribution = self.policy.get_distribution(batch.observations)
+        ratio = torch.exp(distribution.log_prob(batch.actions) - base_log_prob)
+        surrogate = (batch.advantages * ratio).mean()
+        kl = mean_kl(old_distribution, distribution)
+        entropy = distribution.entropy()
+        weight = len(batch.advantages)
+        if entropy is not None:
+            stats.add(weight, entropy=entropy.mean().item())
+
+        def evaluate() -> tuple[float, float]:
+            with torch.no_grad():
+                candidate = self.policy.get_distribution(batch.observations)
+                candidate_ratio = torch.exp(candidate.log_prob(batch.actions) - base_log_prob)
+                return float((batch.advantages * candidate_ratio).mean()), float(mean_kl(old_distribution, candidate))
+
+        try:
+            proposal, diagnostics = self._propose_step(surrogate, kl, evaluate)
+        except _SkippedStep as reason:
+            self._skip_step(str(reason), surrogate.item(), weight, stats)
+            return
+        outcome = self._accept_step(proposal)
+        stats.add(
+            weight,
+            **diagnostics,
+            policy_objective=outcome.surrogate,
+            kl_divergence=outcome.kl,
+            surrogate_improvement=outcome.surrogate - proposal.surrogate_before,
+            step_fraction=outcome.fraction,
+        )
+        if self.has_line_search:
+            stats.add(weight, is_line_search_success=float(outcome.fraction > 0), line_search_last_kl=outcome.last_candidate_kl)
+
+    def _propose_step(
+        self, surrogate: torch.Tensor, kl: torch.Tensor, evaluate: Callable[[], tuple[float, float]]
+    ) -> tuple[StepProposal, dict[str, float]]:
+        """Gradient, conjugate gradient and KL scaling; raises :class:`_SkippedStep` on any non-finite quantity."""
+        params = self._actor_params
+        gradient = flat_grad(surrogate, params, retain_graph=True)
+        gradient_norm = float(torch.linalg.vector_norm(gradient))
+        if not math.isfinite(gradient_norm):
+            raise _SkippedStep("the policy gradient is not finite")
+        if gradient_norm == 0.0:
+            raise _SkippedStep("the policy gradient is zero (are all advantages equal?)")
+        fisher = fisher_vector_product(kl, params, self.cg_damping)
+        solve = conjugate_gradient(fisher, gradient, self.cg_max_steps, self.cg_residual_tol)
+        direction = solve.solution
+        if not bool(torch.isfinite(direction).all()):
+            raise _SkippedStep("the conjugate-gradient direction is not finite")
+        curvature = float(torch.dot(direction, fisher(direction)))
+        step_size = kl_scaled_step_size(curvature, self.target_kl)
+        if not math.isfinite(step_size):
+            raise _SkippedStep(f"the curvature s^T F s = {curvature} is not positive and finite")
+        full_step = step_size * direction
+        if not bool(torch.isfinite(full_step).all()):
+            raise _SkippedStep("the natural step is not finite")
+        proposal = StepProposal(
+            params=params,
+            start=get_flat_params(params),
+            full_step=full_step,
+            surrogate_before=surrogate.item(),
+            evaluate=evaluate,
+        )
+        diagnostics = {
+            "policy_grad_norm": gradient_norm,
+            "expected_improvement": float(torch.dot(gradient, full_step)),
+            "cg_iterations": float(solve.iterations),
+            "cg_residual": solve.residual,
+        }
+        return proposal, diagnostics
+
+    def _skip_step(self, reason: str, surrogate: float, weight: int, stats: WeightedMeans) -> None:
+        """Leave the parameters as they are, count the skip and say why."""
+        self.skipped_steps += 1
+        warnings.warn(
+            f"{type(self).__name__}: natural step skipped because {reason}; the policy parameters are unchanged",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        stats.add(
+            weight,
+            policy_objective=surrogate,
+            kl_divergence=0.0,
+            surrogate_improvement=0.0,
+            expected_improvement=0.0,
+            step_fraction=0.0,
+        )
+        if self.has_line_search:
+            stats.add(weight, is_line_search_success=0.0)
+
+    @abstractmethod
+    def _accept_step(self, proposal: StepProposal) -> StepOutcome:
+        """
+        Decide how much of the proposed step to take and leave those parameters in place.
+
+        :param proposal: the full natural step and a way to measure candidates
+        :return: what was done
+        """
+
+    def _fit_critic(self) -> WeightedMeans:
+        """``n_critic_updates`` epochs of minibatch regression of the value on the returns, with the global-norm clip."""
+        stats = WeightedMeans()
+        for _ in range(self.n_critic_updates):
+            for batch in self.rollout_buffer.get(self.batch_size):
+                values = self.policy.predict_values(batch.observations).flatten()
+                value_loss = F.mse_loss(values, batch.returns)
+                # Gradients of the critic's own parameters only: none are computed for (shared) actor parameters.
+                grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
+                for param, grad in zip(self._critic_params, grads, strict=True):
+                    param.grad = grad
+                grad_norm = clip_grad_norm_(self._critic_params, self.max_grad_norm)
+                self.policy.optimizer.step()
+                stats.add(len(batch.returns), value_loss=float(value_loss), value_grad_norm=grad_norm)
+        return stats
+
+    def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
+        """One record per update: every key of GUIDE.md section 5."""
+        means = {key: math.nan for key in ALWAYS_LOGGED_KEYS} | policy_means | critic_means
+        for key, value in means.items():
+            self.logger.record(f"train/{key}", value)
+        values = self.rollout_buffer.values.flatten()
+        returns = self.rollout_buffer.returns.flatten()
+        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        log_std = getattr(self.policy, "log_std", None)
+        if isinstance(log_std, torch.Tensor):
+            self.logger.record("train/std", float(torch.exp(log_std).mean()))
+        self.logger.record("train/skipped_steps", self.skipped_steps)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    def learn(
+        self: SelfNaturalPolicyGradient,
+        total_timesteps: int,
+        callback: Any = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfNaturalPolicyGradient:
+        """
+        Train for ``total_timesteps`` environment steps (see SB3's ``OnPolicyAlgorithm.learn``).
+
+        :param total_timesteps: the number of environment steps to train for
+        :param callback: callback(s) called at every step with the state of the algorithm
+        :param log_interval: the number of rollouts between two log records
+        :param tb_log_name: the name of the TensorBoard run (default: the algorithm's class name)
+        :param reset_num_timesteps: whether to reset the current timestep count (used in logging)
+        :param progress_bar: display a progress bar using tqdm and rich
+        :return: the trained model
+        """
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name or type(self).__name__,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
+
+

@@ -1,0 +1,59 @@
+"""Constructor-argument docs shared by NPG and TRPO (their classes compose them, so the texts never drift apart)."""
+
+ARGS_BEFORE_LINE_SEARCH = """
+    :param policy: The policy model to use (``MlpPolicy``, ``CnnPolicy``, ``MultiInputPolicy``) or an
+        ``ActorCriticPolicy`` subclass
+    :param env: The environment to learn from (if registered in Gymnasium, can be a str)
+    :param learning_rate: The learning rate of the critic's optimizer (Adam by default); it can be a function
+        of the remaining progress (from 1 to 0). The actor has no learning rate: its step is set by ``target_kl``
+    :param n_steps: The number of steps to run for each environment per update (the rollout holds
+        ``n_steps * n_envs`` samples, which must be at least 2 when ``normalize_advantage``)
+    :param batch_size: Minibatch size of the critic's optimizer steps
+    :param gamma: Discount factor, in [0, 1]
+    :param cg_max_steps: The most Fisher-vector products conjugate gradient uses to solve ``F s = g``
+    :param cg_damping: Damping added to the Fisher-vector product, ``(F + cg_damping * I) v``, >= 0"""
+
+ARGS_LINE_SEARCH = """
+    :param line_search_shrinking_factor: Step-size reduction factor of the backtracking line search, in (0, 1):
+        the i-th candidate is ``theta + line_search_shrinking_factor**i * full_step``
+    :param line_search_max_iter: The most candidates the backtracking line search tries before it keeps the
+        old parameters"""
+
+ARGS_AFTER_LINE_SEARCH = """
+    :param n_critic_updates: The number of epochs of critic minibatch updates per rollout (0 disables the critic)
+    :param gae_lambda: Factor of the bias-variance trade-off of the Generalized Advantage Estimator, in [0, 1]
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE) instead of action noise
+        (Box actions only)
+    :param sde_sample_freq: Sample a new gSDE noise matrix every n steps (-1: only at the start of each rollout)
+    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it is selected from the observation space
+    :param rollout_buffer_kwargs: Keyword arguments of the rollout buffer
+    :param normalize_advantage: Whether to normalize the advantages over the rollout
+    :param target_kl: The KL radius of each natural step, > 0: the step is scaled so that the quadratic model
+        of the KL from the old policy equals it. The KL is the true KL of the joint action distribution, summed
+        over action dimensions (sb3-contrib's TRPO averages it over them, so its ``target_kl`` on a d-dimensional
+        Box is d times looser)
+    :param sub_sampling_factor: Use every n-th sample of the rollout for the whole policy update (gradient,
+        Fisher products and line search), as sb3-contrib does; the critic always uses the full rollout
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: The log location for TensorBoard (if None, no logging)
+    :param policy_kwargs: Additional arguments to be passed to the policy on creation
+    :param verbose: The verbosity level: 0 no output, 1 info, 2 debug
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run; "auto" uses the GPU if possible
+    :param max_grad_norm: The cap on the global L2 norm of the critic's gradient before each optimizer step
+        (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
+    :param cg_residual_tol: Conjugate gradient stops once the squared residual norm ``||g - F s||^2`` is at or
+        below this, >= 0
+    :param policy_batch_size: ``None``: one natural step on the whole rollout (as sb3-contrib). An int: one
+        natural step per shuffled minibatch of that size, each measured from the parameters left by the previous
+        one (its own base point), as in the classic NPG learners
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+"""
+
+SHARED_FEATURES_NOTE = """
+    Actor and critic parameters are found from the computation graph, not from names, so custom policies work.
+    With a shared features extractor (``share_features_extractor=True``, the default of ``CnnPolicy``) the
+    extractor belongs to the actor: only the natural step moves it, so the critic cannot move the policy outside
+    the trust region; the critic's optimizer trains the value head (and a separate value extractor) only.
+"""

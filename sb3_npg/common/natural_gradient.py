@@ -1,0 +1,174 @@
+"""The natural-gradient core: flat parameters and gradients, Fisher-vector products, conjugate gradient, step size.
+
+Pure PyTorch functions with no Stable-Baselines3 imports, in the order of one natural-gradient step
+(Kakade 2001, Schulman et al. 2015):
+
+1. ``g = flat_grad(surrogate, actor_params)``: the policy gradient, in one ``autograd.grad`` call.
+2. ``F v`` through :func:`fisher_vector_product`: the Hessian of the mean KL at the base point (the Fisher
+   matrix) times ``v``, by double backward through a KL gradient built once.
+3. ``s ~= F^-1 g`` by :func:`conjugate_gradient` from a zero start.
+4. ``step = sqrt(2 * target_kl / s^T F s) * s`` by :func:`kl_scaled_step_size`, so that the quadratic model
+   of the KL, ``1/2 step^T F step``, equals ``target_kl``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+#: The quadratic model of the KL is ``KL(step) ~= 1/2 step^T F step``; solving ``KL = target_kl`` for the
+#: scale of ``s`` gives ``sqrt(QUADRATIC_KL_FACTOR * target_kl / s^T F s)``.
+QUADRATIC_KL_FACTOR = 2.0
+
+MatVec = Callable[[torch.Tensor], torch.Tensor]
+
+
+def flat_grad(
+    output: torch.Tensor,
+    params: Sequence[torch.Tensor],
+    *,
+    retain_graph: bool = False,
+    create_graph: bool = False,
+) -> torch.Tensor:
+    """
+    Gradient of a scalar with respect to several parameters, in one ``autograd.grad`` call, flattened.
+
+    Parameters the output does not depend on contribute zeros.
+
+    :param output: the scalar to differentiate
+    :param params: the tensors to differentiate with respect to
+    :param retain_graph: keep the graph for a later backward pass
+    :param create_graph: build a graph of the gradient itself (for double backward)
+    :return: the concatenated, flattened gradient, of length ``sum(p.numel() for p in params)``
+    """
+    grads = torch.autograd.grad(
+        output, list(params), retain_graph=retain_graph, create_graph=create_graph, allow_unused=True
+    )
+    return torch.cat(
+        [(torch.zeros_like(param) if grad is None else grad).reshape(-1) for param, grad in zip(params, grads, strict=True)]
+    )
+
+
+def get_flat_params(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """
+    A detached copy of several parameters, flattened into one vector.
+
+    :param params: the parameters
+    :return: the concatenated values
+    """
+    return torch.cat([param.detach().reshape(-1) for param in params]).clone()
+
+
+@torch.no_grad()
+def set_flat_params_(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+    """
+    Write a flat vector back into several parameters, in place.
+
+    :param params: the parameters to overwrite
+    :param flat: the values, as produced by :func:`get_flat_params`
+    """
+    offset = 0
+    for param in params:
+        numel = param.numel()
+        param.copy_(flat[offset : offset + numel].view_as(param))
+        offset += numel
+    if offset != flat.numel():
+        raise ValueError(f"The flat vector has {flat.numel()} values but the parameters hold {offset}")
+
+
+def fisher_vector_product(kl: torch.Tensor, params: Sequence[torch.Tensor], damping: float) -> MatVec:
+    """
+    The damped Fisher-vector product ``v -> (F + damping * I) v`` of the mean KL at the base point.
+
+    ``F`` is the Hessian of ``kl`` (the mean KL between the frozen old distribution and the current one,
+    zero at the base point), which equals the Fisher information matrix there. The KL gradient is built
+    once, with ``create_graph=True``; every product is then one double-backward pass through it.
+
+    :param kl: the scalar mean KL, differentiable with respect to ``params``
+    :param params: the actor parameters
+    :param damping: the Tikhonov damping added to the product (``cg_damping``)
+    :return: a function computing the damped product; it keeps the graph, so it can be called repeatedly
+    """
+    kl_grad = flat_grad(kl, params, retain_graph=True, create_graph=True)
+
+    def product(vector: torch.Tensor) -> torch.Tensor:
+        directional = torch.dot(kl_grad, vector.detach())
+        return flat_grad(directional, params, retain_graph=True) + damping * vector
+
+    return product
+
+
+@dataclass(frozen=True)
+class ConjugateGradientResult:
+    """
+    The outcome of :func:`conjugate_gradient`.
+
+    :param solution: the approximate solution ``x`` of ``A x = b``
+    :param iterations: how many matrix-vector products were used
+    :param residual: the final squared residual norm ``||b - A x||^2``
+    :param converged: whether the squared residual fell below the tolerance
+    :param curvature_failure: whether a search direction had non-positive or non-finite curvature
+        ``p^T A p`` (``A`` not positive definite there); the iterate before it is returned
+    """
+
+    solution: torch.Tensor
+    iterations: int
+    residual: float
+    converged: bool
+    curvature_failure: bool
+
+
+def conjugate_gradient(matvec: MatVec, b: torch.Tensor, max_steps: int, residual_tol: float) -> ConjugateGradientResult:
+    """
+    Solve ``A x = b`` for a symmetric positive-definite ``A`` given only as products ``A v``.
+
+    Deterministic: it starts from ``x = 0`` and consumes no random numbers.
+
+    :param matvec: the product ``v -> A v``
+    :param b: the right-hand side
+    :param max_steps: the most matrix-vector products to use
+    :param residual_tol: stop once the squared residual norm ``||b - A x||^2`` is at or below this
+    :return: the solution with its iteration count, final squared residual and status flags
+    """
+    x = torch.zeros_like(b)
+    r = b.clone()
+    p = b.clone()
+    r_dot_r = float(torch.dot(r, r))
+    iterations = 0
+    curvature_failure = False
+    while iterations < max_steps and r_dot_r > residual_tol:
+        a_p = matvec(p)
+        curvature = float(torch.dot(p, a_p))
+        iterations += 1
+        if not math.isfinite(curvature) or curvature <= 0.0:
+            curvature_failure = True
+            break
+        alpha = r_dot_r / curvature
+        x += alpha * p
+        r -= alpha * a_p
+        new_r_dot_r = float(torch.dot(r, r))
+        p = r + (new_r_dot_r / r_dot_r) * p
+        r_dot_r = new_r_dot_r
+    return ConjugateGradientResult(
+        solution=x,
+        iterations=iterations,
+        residual=r_dot_r,
+        converged=r_dot_r <= residual_tol,
+        curvature_failure=curvature_failure,
+    )
+
+
+def kl_scaled_step_size(curvature: float, target_kl: float) -> float:
+    """
+    The scale ``beta`` of a direction ``s`` such that the quadratic KL model of ``beta * s`` equals ``target_kl``.
+
+    :param curvature: ``s^T F s`` for the search direction ``s``
+    :param target_kl: the KL radius of the step
+    :return: ``sqrt(2 * target_kl / curvature)``; ``nan`` when the curvature is not positive and finite
+    """
+    if not math.isfinite(curvature) or curvature <= 0.0:
+        return math.nan
+    return math.sqrt(QUADRATIC_KL_FACTOR * target_kl / curvature)
