@@ -438,7 +438,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                     param.grad = grad
                 grad_norm = clip_grad_norm_(self._critic_params, self.max_grad_norm)
                 self.policy.optimizer.step()
-                stats.add(len(batch.returns), value_loss=float(value_loss), value_grad_norm=grad_norm)
+                stats.add(len(batch.returns), value_loss=value_loss.item(), value_grad_norm=grad_norm)
         return stats
 
     def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
@@ -451,7 +451,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
         log_std = getattr(self.policy, "log_std", None)
         if isinstance(log_std, torch.Tensor):
-            self.logger.record("train/std", float(torch.exp(log_std).mean()))
+            self.logger.record("train/std", torch.exp(log_std.detach()).mean().item())
         self.logger.record("train/skipped_steps", self.skipped_steps)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 

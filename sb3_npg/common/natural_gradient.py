@@ -70,13 +70,14 @@ def set_flat_params_(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None
     :param params: the parameters to overwrite
     :param flat: the values, as produced by :func:`get_flat_params`
     """
+    total = sum(param.numel() for param in params)
+    if total != flat.numel():
+        raise ValueError(f"The flat vector has {flat.numel()} values but the parameters hold {total}")
     offset = 0
     for param in params:
         numel = param.numel()
         param.copy_(flat[offset : offset + numel].view_as(param))
         offset += numel
-    if offset != flat.numel():
-        raise ValueError(f"The flat vector has {flat.numel()} values but the parameters hold {offset}")
 
 
 def fisher_vector_product(kl: torch.Tensor, params: Sequence[torch.Tensor], damping: float) -> MatVec:

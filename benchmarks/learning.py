@@ -1,0 +1,127 @@
+"""Does each algorithm learn? Train with documented settings, evaluate periodically, stop at the threshold.
+
+The default test suite runs the same configurations (tests/test_learning.py). To reproduce the numbers in the
+closing notes and README::
+
+    .venv/bin/python -m benchmarks.learning --algos npg,trpo --envs CartPole-v1,Pendulum-v1 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+from stable_baselines3.common.env_util import make_vec_env
+
+from sb3_npg import NPG, TRPO
+from sb3_npg.common.base import NaturalPolicyGradient
+
+ALGOS: dict[str, type[NaturalPolicyGradient]] = {"npg": NPG, "trpo": TRPO}
+
+#: Settings per environment (the RL Zoo's tuned sb3-contrib TRPO settings, shared by NPG and TRPO), the step
+#: budget, and the mean evaluation return that counts as "learned".
+LEARNING_CONFIGS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {
+        "n_envs": 2,
+        "budget": 100_000,
+        "threshold": 475.0,
+        "eval_freq": 8192,
+        "hyperparams": {
+            "n_steps": 512,
+            "batch_size": 512,
+            "cg_damping": 1e-3,
+            "gae_lambda": 0.98,
+            "gamma": 0.99,
+            "learning_rate": 1e-3,
+            "n_critic_updates": 20,
+        },
+    },
+    "Pendulum-v1": {
+        "n_envs": 2,
+        "budget": 100_000,
+        "threshold": -250.0,
+        "eval_freq": 8192,
+        "hyperparams": {
+            "n_steps": 1024,
+            "gamma": 0.9,
+            "n_critic_updates": 15,
+            "use_sde": True,
+            "sde_sample_freq": 4,
+        },
+    },
+}
+N_EVAL_EPISODES = 10
+
+
+@dataclass
+class LearningResult:
+    algo: str
+    env_id: str
+    seed: int
+    best_mean_return: float
+    timesteps: int
+    wall_time_s: float
+    threshold: float
+    reached: bool
+
+
+def run_learning(algo: str, env_id: str, seed: int = 0) -> LearningResult:
+    """
+    Train ``algo`` on ``env_id`` with :data:`LEARNING_CONFIGS` until the deterministic evaluation mean over 10
+    episodes reaches the threshold or the budget is spent.
+
+    :param algo: ``npg`` or ``trpo``
+    :param env_id: a key of :data:`LEARNING_CONFIGS`
+    :param seed: the seed of the model and of the environments
+    :return: the best evaluation mean, when it was reached and how long it took
+    """
+    config = LEARNING_CONFIGS[env_id]
+    n_envs = config["n_envs"]
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    eval_env = make_vec_env(env_id, n_envs=1, seed=seed + 1000)
+    stop = StopTrainingOnRewardThreshold(reward_threshold=config["threshold"], verbose=0)
+    evaluation = EvalCallback(
+        eval_env,
+        callback_on_new_best=stop,
+        n_eval_episodes=N_EVAL_EPISODES,
+        eval_freq=max(config["eval_freq"] // n_envs, 1),
+        deterministic=True,
+        verbose=0,
+    )
+    model = ALGOS[algo]("MlpPolicy", env, seed=seed, device="cpu", **config["hyperparams"])
+    start = time.perf_counter()
+    model.learn(config["budget"], callback=evaluation)
+    wall = time.perf_counter() - start
+    best = float(evaluation.best_mean_reward)
+    return LearningResult(
+        algo=algo,
+        env_id=env_id,
+        seed=seed,
+        best_mean_return=best,
+        timesteps=model.num_timesteps,
+        wall_time_s=round(wall, 1),
+        threshold=config["threshold"],
+        reached=best >= config["threshold"],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", default="npg,trpo")
+    parser.add_argument("--envs", default=",".join(LEARNING_CONFIGS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    for env_id in args.envs.split(","):
+        for algo in args.algos.split(","):
+            print(json.dumps(asdict(run_learning(algo, env_id, args.seed))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

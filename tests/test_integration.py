@@ -1,0 +1,241 @@
+"""Every algorithm with every supported action space, observation type and SB3 feature, on tiny budgets."""
+
+import inspect
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import sb3_contrib
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import FakeImageEnv, IdentityEnv, SimpleMultiObsEnv
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+from sb3_npg import NPG, TRPO, __version__
+from sb3_npg.common.base import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
+from tests.conftest import ALGOS
+
+TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
+
+ACTION_SPACES = {
+    "discrete": lambda: IdentityEnv(space=spaces.Discrete(3), ep_length=20),
+    "box": lambda: IdentityEnv(space=spaces.Box(-1.0, 1.0, (3,), dtype=np.float32), ep_length=20),
+    "multidiscrete": lambda: IdentityEnv(space=spaces.MultiDiscrete([2, 3]), ep_length=20),
+    "multibinary": lambda: IdentityEnv(space=spaces.MultiBinary(4), ep_length=20),
+}
+
+
+def _changed(before: list[torch.Tensor], params) -> bool:
+    return any(not torch.equal(b, p.detach()) for b, p in zip(before, params, strict=True))
+
+
+@pytest.mark.parametrize("space", ACTION_SPACES)
+def test_every_action_space_learns_and_moves_actor_and_critic(algo, space):
+    model = algo("MlpPolicy", ACTION_SPACES[space](), **TINY)
+    actor = [p.detach().clone() for p in model._actor_params]
+    critic = [p.detach().clone() for p in model._critic_params]
+    model.learn(3 * TINY["n_steps"])
+    assert model.num_timesteps == 3 * TINY["n_steps"]
+    assert _changed(actor, model._actor_params), "the natural step never moved the actor"
+    assert _changed(critic, model._critic_params), "the critic was never fitted"
+    assert all(torch.isfinite(p).all() for p in model.policy.parameters())
+
+
+def test_gsde_on_box_actions(algo):
+    model = algo("MlpPolicy", "Pendulum-v1", use_sde=True, sde_sample_freq=4, **TINY)
+    log_std = model.policy.log_std.detach().clone()
+    model.learn(3 * TINY["n_steps"])
+    assert any(p is model.policy.log_std for p in model._actor_params)
+    assert not torch.equal(log_std, model.policy.log_std.detach())
+
+
+def test_dict_observations_with_multi_input_policy(algo):
+    model = algo("MultiInputPolicy", SimpleMultiObsEnv(random_start=True), **TINY)
+    model.learn(2 * TINY["n_steps"])
+    assert model.num_timesteps == 2 * TINY["n_steps"]
+
+
+def test_image_observations_with_cnn_policy_keeps_shared_extractor_out_of_the_critic(algo):
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1)
+    model = algo("CnnPolicy", env, n_steps=32, batch_size=16, seed=0, device="cpu", policy_kwargs={"net_arch": [16]})
+    extractor = set(map(id, model.policy.features_extractor.parameters()))
+    assert extractor <= set(map(id, model._actor_params))
+    assert not extractor & set(map(id, model._critic_params))
+    assert {id(p) for p in model.policy.optimizer.param_groups[0]["params"]} == set(map(id, model._critic_params))
+    model.learn(64)
+
+
+@pytest.mark.parametrize("vec_env_cls", [DummyVecEnv, SubprocVecEnv])
+def test_four_envs_and_vec_normalize(algo, vec_env_cls):
+    env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=0, vec_env_cls=vec_env_cls))
+    model = algo("MlpPolicy", env, **{**TINY, "n_steps": 32})
+    model.learn(256)
+    assert model.num_timesteps == 256
+    assert model.get_vec_normalize_env() is env
+    assert env.obs_rms.count > 256
+    env.close()
+
+
+def test_learning_rate_schedule_reaches_the_critic_optimizer(algo):
+    model = algo("MlpPolicy", "CartPole-v1", learning_rate=lambda progress: 1e-3 * progress, **TINY)
+    model.learn(2 * TINY["n_steps"])
+    # The first update ran at remaining progress 0.5, the second at 0: the schedule's values reach the optimizer.
+    assert model.policy.optimizer.param_groups[0]["lr"] == 0.0
+    assert model.logger.name_to_value["train/learning_rate"] == 0.0
+
+
+def test_every_documented_key_is_logged_each_update(algo, tmp_path):
+    model = algo("MlpPolicy", "Pendulum-v1", **TINY)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(3 * TINY["n_steps"])
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    expected = {f"train/{key}" for key in ALWAYS_LOGGED_KEYS}
+    expected |= {"train/explained_variance", "train/std", "train/learning_rate", "train/n_updates", "train/skipped_steps"}
+    if algo is TRPO:
+        expected |= {"train/is_line_search_success", "train/line_search_last_kl"}
+    assert expected <= set(header)
+    rows = (tmp_path / "progress.csv").read_text().splitlines()[1:]
+    column = header.index("train/kl_divergence")
+    logged = [row.split(",")[column] for row in rows if row.split(",")[column]]
+    assert len(logged) == 2 and all(0 < float(kl) < 1 for kl in logged)
+
+
+def test_tensorboard_progress_bar_and_callbacks(algo, tmp_path):
+    eval_callback = EvalCallback(
+        make_vec_env("CartPole-v1", n_envs=1), eval_freq=64, n_eval_episodes=2, log_path=str(tmp_path / "eval"), verbose=0
+    )
+    checkpoint = CheckpointCallback(save_freq=64, save_path=str(tmp_path / "ckpt"), name_prefix="m")
+    model = algo("MlpPolicy", "CartPole-v1", tensorboard_log=str(tmp_path / "tb"), **TINY)
+    model.learn(128, callback=[eval_callback, checkpoint], tb_log_name="run", progress_bar=True)
+    assert (tmp_path / "tb" / "run_1").is_dir()
+    assert eval_callback.n_calls == 128
+    assert list(np.load(tmp_path / "eval" / "evaluations.npz")["timesteps"]) == [64, 128]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["m_128_steps.zip", "m_64_steps.zip"]
+    model.learn(64, reset_num_timesteps=False, tb_log_name="run")
+    assert model.num_timesteps == 192
+
+
+def test_save_load_round_trip_keeps_predictions_parameters_and_critic_optimizer(algo, tmp_path):
+    env = make_vec_env("Pendulum-v1", n_envs=1, seed=0)
+    model = algo("MlpPolicy", env, policy_batch_size=32, max_grad_norm=0.3, **TINY)
+    model.learn(2 * TINY["n_steps"])
+    observations = np.stack([env.observation_space.sample() for _ in range(10)])
+    actions, _ = model.predict(observations, deterministic=True)
+    model.save(tmp_path / "model")
+    loaded = algo.load(tmp_path / "model", env=env, device="cpu")
+    assert isinstance(loaded, algo)
+    assert np.array_equal(loaded.predict(observations, deterministic=True)[0], actions)
+    for key, value in model.policy.state_dict().items():
+        assert torch.equal(value, loaded.policy.state_dict()[key])
+    saved_state = model.policy.optimizer.state_dict()["state"]
+    loaded_state = loaded.policy.optimizer.state_dict()["state"]
+    assert saved_state.keys() == loaded_state.keys() and len(saved_state) > 0
+    for index, state in saved_state.items():
+        assert torch.equal(state["exp_avg"], loaded_state[index]["exp_avg"])
+    assert (loaded.policy_batch_size, loaded.max_grad_norm, loaded.target_kl) == (32, 0.3, 0.01)
+    assert [p.shape for p in loaded._actor_params] == [p.shape for p in model._actor_params]
+    loaded.learn(TINY["n_steps"], reset_num_timesteps=False)
+
+
+def test_set_parameters_copies_one_model_into_another(algo):
+    source = algo("MlpPolicy", "CartPole-v1", **TINY).learn(TINY["n_steps"] * 2)
+    target = algo("MlpPolicy", "CartPole-v1", **{**TINY, "seed": 1})
+    target.set_parameters(source.get_parameters())
+    for a, b in zip(source.policy.parameters(), target.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_same_seed_gives_identical_parameters_after_two_updates(algo):
+    def run():
+        model = algo("MlpPolicy", "Pendulum-v1", **TINY)
+        model.learn(3 * TINY["n_steps"])
+        return [p.detach().clone() for p in model.policy.parameters()]
+
+    first, second = run(), run()
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("learning_rate", -1.0),
+        ("learning_rate", math.nan),
+        ("n_steps", 0),
+        ("batch_size", 0),
+        ("batch_size", 2.5),
+        ("gamma", 1.5),
+        ("gae_lambda", -0.1),
+        ("cg_max_steps", 0),
+        ("cg_damping", -1e-3),
+        ("cg_damping", math.inf),
+        ("cg_residual_tol", -1.0),
+        ("n_critic_updates", -1),
+        ("target_kl", 0.0),
+        ("target_kl", math.nan),
+        ("sub_sampling_factor", 0),
+        ("max_grad_norm", math.nan),
+        ("max_grad_norm", "big"),
+        ("policy_batch_size", 0),
+        ("stats_window_size", 0),
+        ("normalize_advantage", "yes"),
+    ],
+)
+def test_invalid_options_raise_value_error_naming_the_option(algo, option, value):
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        algo("MlpPolicy", "CartPole-v1", **{**TINY, option: value})
+
+
+@pytest.mark.parametrize(("option", "value"), [("line_search_shrinking_factor", 1.0), ("line_search_max_iter", 0)])
+def test_invalid_line_search_options(option, value):
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        TRPO("MlpPolicy", "CartPole-v1", **{option: value})
+    with pytest.raises(TypeError):
+        NPG("MlpPolicy", "CartPole-v1", **{option: value})
+
+
+def test_rollout_too_small_to_normalize_and_oversized_batch(algo):
+    with pytest.raises(ValueError, match="n_steps \\* n_envs"):
+        algo("MlpPolicy", "CartPole-v1", n_steps=1)
+    with pytest.warns(UserWarning, match="`batch_size`=512 is larger than the rollout"):
+        algo("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=512)
+
+
+class _TupleActionEnv(gym.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    action_space = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2)))
+
+
+def test_unsupported_action_space_raises_a_clear_error(algo):
+    with pytest.raises(ValueError, match="does not support the action space Tuple"):
+        algo("MlpPolicy", DummyVecEnv([_TupleActionEnv]))
+
+
+def test_trpo_accepts_every_sb3_contrib_keyword_with_the_same_default():
+    ours = inspect.signature(TRPO.__init__).parameters
+    for name, parameter in inspect.signature(sb3_contrib.TRPO.__init__).parameters.items():
+        assert name in ours, f"missing sb3-contrib keyword {name}"
+        assert ours[name].default == parameter.default, name
+    positional = [n for n, p in ours.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    contrib = list(inspect.signature(sb3_contrib.TRPO.__init__).parameters)
+    assert positional == contrib[: len(positional)], "positional order differs from sb3-contrib"
+
+
+def test_npg_takes_trpo_keywords_minus_the_line_search():
+    npg = set(inspect.signature(NPG.__init__).parameters)
+    trpo = set(inspect.signature(TRPO.__init__).parameters)
+    assert trpo - npg == {"line_search_shrinking_factor", "line_search_max_iter"}
+    assert npg <= trpo
+
+
+def test_package_surface():
+    assert __version__.count(".") == 2
+    for algo in ALGOS:
+        assert issubclass(algo, NaturalPolicyGradient)
+        assert set(algo.policy_aliases) == {"MlpPolicy", "CnnPolicy", "MultiInputPolicy"}
+        assert "Paper: https://" in (algo.__doc__ or "")
+        documented = {line.split(":")[1].split()[1] for line in algo.__doc__.splitlines() if ":param " in line}
+        assert set(inspect.signature(algo.__init__).parameters) - {"self"} <= documented

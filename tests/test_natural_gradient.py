@@ -1,0 +1,137 @@
+import copy
+import math
+
+import pytest
+import torch
+from stable_baselines3.common.distributions import (
+    BernoulliDistribution,
+    CategoricalDistribution,
+    DiagGaussianDistribution,
+    MultiCategoricalDistribution,
+)
+from torch.func import functional_call
+
+from sb3_npg.common.base import mean_kl
+from sb3_npg.common.natural_gradient import (
+    conjugate_gradient,
+    fisher_vector_product,
+    flat_grad,
+    get_flat_params,
+    kl_scaled_step_size,
+    set_flat_params_,
+)
+
+
+def _random_spd(n: int, generator: torch.Generator) -> torch.Tensor:
+    a = torch.randn(n, n, generator=generator, dtype=torch.float64)
+    return a @ a.T + 0.5 * torch.eye(n, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("n", [1, 5, 20])
+def test_conjugate_gradient_matches_linear_solve(n):
+    generator = torch.Generator().manual_seed(n)
+    matrix = _random_spd(n, generator)
+    b = torch.randn(n, generator=generator, dtype=torch.float64)
+    result = conjugate_gradient(lambda v: matrix @ v, b, max_steps=4 * n, residual_tol=1e-20)
+    assert torch.allclose(result.solution, torch.linalg.solve(matrix, b), rtol=1e-6, atol=1e-8)
+    assert result.converged and not result.curvature_failure
+    assert result.residual == pytest.approx(float(torch.sum((b - matrix @ result.solution) ** 2)), abs=1e-12)
+    assert 1 <= result.iterations <= 4 * n
+
+
+def test_conjugate_gradient_respects_max_steps_and_consumes_no_random_numbers():
+    generator = torch.Generator().manual_seed(0)
+    matrix = _random_spd(30, generator)
+    b = torch.randn(30, generator=generator, dtype=torch.float64)
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = conjugate_gradient(lambda v: matrix @ v, b, max_steps=3, residual_tol=0.0)
+    second = conjugate_gradient(lambda v: matrix @ v, b, max_steps=3, residual_tol=0.0)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert first.iterations == 3 and not first.converged
+    assert torch.equal(first.solution, second.solution)
+
+
+def test_conjugate_gradient_stops_on_non_positive_curvature():
+    matrix = -torch.eye(3, dtype=torch.float64)
+    result = conjugate_gradient(lambda v: matrix @ v, torch.ones(3, dtype=torch.float64), max_steps=10, residual_tol=0.0)
+    assert result.curvature_failure
+    assert torch.equal(result.solution, torch.zeros(3, dtype=torch.float64))
+
+
+def test_flat_params_round_trip_and_flat_grad_zero_for_unused():
+    layer = torch.nn.Linear(3, 2)
+    unused = torch.nn.Parameter(torch.ones(4))
+    params = [*layer.parameters(), unused]
+    flat = get_flat_params(params)
+    assert flat.numel() == 3 * 2 + 2 + 4
+    set_flat_params_(params, flat + 1.0)
+    assert torch.allclose(get_flat_params(params), flat + 1.0)
+    grad = flat_grad(layer(torch.ones(1, 3)).sum(), params)
+    assert torch.equal(grad[-4:], torch.zeros(4))
+    assert torch.allclose(grad[:6], torch.ones(6))
+    with pytest.raises(ValueError, match="flat vector"):
+        set_flat_params_(params, torch.zeros(3))
+
+
+def test_step_size_quadratic_model():
+    assert kl_scaled_step_size(curvature=8.0, target_kl=0.01) == pytest.approx(math.sqrt(2 * 0.01 / 8.0))
+    assert math.isnan(kl_scaled_step_size(curvature=0.0, target_kl=0.01))
+    assert math.isnan(kl_scaled_step_size(curvature=math.inf, target_kl=0.01))
+
+
+N_OBS = 3
+BATCH = 7
+
+
+def _categorical():
+    return CategoricalDistribution(4), 4, lambda d, out, extra: d.proba_distribution(out)
+
+
+def _gaussian():
+    # State-independent log-std, as in SB3's MlpPolicy: an extra parameter beside the network.
+    return DiagGaussianDistribution(2), 2, lambda d, out, extra: d.proba_distribution(out, extra)
+
+
+def _multi_categorical():
+    return MultiCategoricalDistribution([2, 3]), 5, lambda d, out, extra: d.proba_distribution(out)
+
+
+def _bernoulli():
+    return BernoulliDistribution(3), 3, lambda d, out, extra: d.proba_distribution(out)
+
+
+@pytest.mark.parametrize("make", [_categorical, _gaussian, _multi_categorical, _bernoulli], ids=lambda f: f.__name__[1:])
+def test_fisher_vector_product_equals_hessian_of_mean_kl(make):
+    torch.manual_seed(0)
+    distribution, n_out, build = make()
+    net = torch.nn.Sequential(torch.nn.Linear(N_OBS, 5), torch.nn.Tanh(), torch.nn.Linear(5, n_out)).double()
+    log_std = torch.nn.Parameter(0.3 * torch.randn(n_out, dtype=torch.float64))
+    obs = torch.randn(BATCH, N_OBS, dtype=torch.float64)
+    names = [name for name, _ in net.named_parameters()]
+    params = [*net.parameters(), log_std]
+    shapes = [p.shape for p in params]
+    theta0 = get_flat_params(params)
+
+    def dist_at(flat):
+        pieces, offset = [], 0
+        for shape in shapes:
+            numel = math.prod(shape)
+            pieces.append(flat[offset : offset + numel].view(shape))
+            offset += numel
+        out = functional_call(net, dict(zip(names, pieces[:-1], strict=True)), (obs,))
+        return copy.copy(build(distribution, out, pieces[-1]))
+
+    old = dist_at(theta0.detach())
+
+    def kl_of(flat):
+        return mean_kl(old, dist_at(flat))
+
+    hessian = torch.autograd.functional.hessian(kl_of, theta0)
+    kl = mean_kl(old, copy.copy(build(distribution, net(obs), log_std)))
+    product = fisher_vector_product(kl, params, damping=0.0)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        vector = torch.randn(theta0.numel(), generator=generator, dtype=torch.float64)
+        assert torch.allclose(product(vector), hessian @ vector, rtol=1e-6, atol=1e-10)
+    assert torch.allclose(fisher_vector_product(kl, params, damping=0.5)(vector), hessian @ vector + 0.5 * vector)
