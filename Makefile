@@ -21,11 +21,7 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[$*]"
 	touch $@
 
-$(VENV)/.installed-base: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e .
-	touch $@
-
-demo: $(VENV)/.installed-base
+demo: $(VENV)/.installed-progress
 	$(BIN)/python examples/demo.py
 
 test: $(VENV)/.installed-test

@@ -1,0 +1,55 @@
+"""`make demo`: train NPG and TRPO on CartPole-v1, evaluate each over 10 episodes, print a table, save the models.
+
+    python examples/demo.py [--timesteps 50000] [--out models]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from sb3_npg import NPG, TRPO
+
+ENV_ID = "CartPole-v1"
+N_ENVS = 2
+N_EVAL_EPISODES = 10
+# The RL Zoo's tuned TRPO settings for CartPole-v1 (see benchmarks/learning.py).
+SETTINGS = {"n_steps": 512, "batch_size": 512, "cg_damping": 1e-3, "gae_lambda": 0.98, "n_critic_updates": 20}
+
+
+def main(argv: list[str] | None = None) -> list[tuple[str, int, float, float, float]]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--timesteps", type=int, default=50_000)
+    parser.add_argument("--out", default="models")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress-bar", action="store_true")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for algo in (NPG, TRPO):
+        print(f"Training {algo.__name__} on {ENV_ID} for {args.timesteps} steps")
+        model = algo("MlpPolicy", make_vec_env(ENV_ID, n_envs=N_ENVS, seed=args.seed), seed=args.seed, **SETTINGS)
+        start = time.perf_counter()
+        model.learn(args.timesteps, progress_bar=not args.no_progress_bar)
+        wall = time.perf_counter() - start
+        eval_env = make_vec_env(ENV_ID, n_envs=1, seed=args.seed + 1000)
+        mean, std = evaluate_policy(model, eval_env, n_eval_episodes=N_EVAL_EPISODES, deterministic=True)
+        path = Path(args.out) / f"{algo.__name__.lower()}_{ENV_ID}"
+        model.save(path)
+        rows.append((algo.__name__, model.num_timesteps, float(mean), float(std), wall))
+        print(f"saved {path}.zip")
+
+    print(f"\n{ENV_ID}: deterministic evaluation over {N_EVAL_EPISODES} episodes")
+    print(f"| {'algorithm':<9} | {'timesteps':>9} | {'mean +- std return':>18} | {'wall time':>9} |")
+    print(f"|{'-' * 11}|{'-' * 11}|{'-' * 20}|{'-' * 11}|")
+    for name, steps, mean, std, wall in rows:
+        print(f"| {name:<9} | {steps:>9} | {f'{mean:.1f} +- {std:.1f}':>18} | {f'{wall:.1f} s':>9} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The natural step itself: KL scaling, the line search, skipped steps, actor detection, policy batches."""
+
+import math
+
+import pytest
+import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
+from torch import nn
+
+from sb3_npg import NPG, TRPO
+from sb3_npg.common.base import StepProposal
+from sb3_npg.common.natural_gradient import get_flat_params
+
+TINY = {"n_steps": 256, "batch_size": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
+# Lightly damped, converged CG: the step's KL then follows the quadratic model, target_kl * s^T F s / s^T (F + d I) s.
+# (Much lighter damping makes F + d I so ill-conditioned that float32 CG produces directions the model misjudges.)
+EXACT_CG = {"cg_damping": 1e-3, "cg_max_steps": 100, "cg_residual_tol": 1e-14}
+
+
+def filled(algo, env_id="Pendulum-v1", **kwargs):
+    """A model whose rollout buffer holds one fresh rollout, ready for ``train()``."""
+    model = algo("MlpPolicy", env_id, **{**TINY, **kwargs})
+    _, callback = model._setup_learn(model.n_steps * model.n_envs)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+    return model
+
+
+def logged(model, key):
+    return model.logger.name_to_value[f"train/{key}"]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("target_kl", [1e-3, 1e-4])
+def test_npg_step_lands_at_target_kl(env_id, target_kl):
+    model = filled(NPG, env_id, target_kl=target_kl, **EXACT_CG)
+    model.train()
+    assert logged(model, "kl_divergence") == pytest.approx(target_kl, rel=0.15)
+    assert logged(model, "step_fraction") == 1.0
+    expected = logged(model, "expected_improvement")
+    assert expected > 0
+    assert logged(model, "surrogate_improvement") == pytest.approx(expected, rel=0.25)
+
+
+@pytest.mark.parametrize("policy_batch_size", [64, 100])
+def test_policy_batches_take_one_step_each_from_its_own_base_point(policy_batch_size):
+    model = filled(NPG, target_kl=1e-3, policy_batch_size=policy_batch_size)
+    model.train()
+    assert model._n_updates == math.ceil(TINY["n_steps"] / policy_batch_size)
+    # Each step is measured from the parameters the previous one left, on its own minibatch, and scaled to the
+    # target there (damping 0.1 makes the model conservative on these rank-deficient minibatch Fisher matrices).
+    assert 0.3e-3 < logged(model, "kl_divergence") <= 1.1e-3
+
+
+def test_sub_sampling_factor_uses_every_nth_sample_for_the_policy_only():
+    model = filled(TRPO, sub_sampling_factor=4)
+    sizes = []
+    natural_step = model._natural_step
+    model._natural_step = lambda batch, stats: (sizes.append(len(batch.advantages)), natural_step(batch, stats))
+    model.train()
+    assert sizes == [TINY["n_steps"] // 4]
+
+
+class _Proposal1D:
+    """A one-parameter problem: surrogate(theta) = theta, KL(theta) = theta**2, full step from 0 to 1."""
+
+    def __init__(self, improves=True):
+        self.param = nn.Parameter(torch.zeros(1))
+        sign = 1.0 if improves else -1.0
+        self.proposal = StepProposal(
+            params=[self.param],
+            start=torch.zeros(1),
+            full_step=torch.ones(1),
+            surrogate_before=0.0,
+            evaluate=lambda: (sign * self.param.item(), self.param.item() ** 2),
+        )
+
+
+def test_trpo_backtracks_to_the_first_step_inside_the_trust_region():
+    model = TRPO("MlpPolicy", "CartPole-v1", target_kl=0.25, line_search_shrinking_factor=0.8, **TINY)
+    problem = _Proposal1D()
+    outcome = model._accept_step(problem.proposal)
+    # 0.8**k <= 0.5 first at k = 4 (0.4096): KL 0.168 <= 0.25.
+    assert outcome.fraction == pytest.approx(0.8**4)
+    assert problem.param.item() == pytest.approx(0.8**4)
+    assert outcome.kl == pytest.approx(0.8**8) and outcome.kl <= 0.25
+
+
+def test_trpo_restores_the_old_parameters_when_no_candidate_improves():
+    model = TRPO("MlpPolicy", "CartPole-v1", target_kl=0.25, line_search_max_iter=5, **TINY)
+    problem = _Proposal1D(improves=False)
+    outcome = model._accept_step(problem.proposal)
+    assert outcome.fraction == 0.0 and outcome.kl == 0.0
+    assert problem.param.item() == 0.0
+    assert outcome.last_candidate_kl == pytest.approx(0.8**8)
+
+
+@pytest.mark.parametrize("target_kl", [0.05, 0.5])
+def test_trpo_never_accepts_a_step_beyond_target_kl(target_kl):
+    # Lightly damped steps on Pendulum overshoot the quadratic model: NPG's full step exceeds the target here.
+    settings = {"target_kl": target_kl, "cg_damping": 1e-3}
+    npg, trpo = filled(NPG, **settings), filled(TRPO, line_search_shrinking_factor=0.5, **settings)
+    assert (npg.rollout_buffer.observations == trpo.rollout_buffer.observations).all()
+    npg.train()
+    trpo.train()
+    assert logged(npg, "kl_divergence") > target_kl, "the test must exercise a full step that overshoots"
+    assert 0.0 < logged(trpo, "step_fraction") < 1.0
+    assert 0.0 < logged(trpo, "kl_divergence") <= target_kl
+    assert logged(trpo, "surrogate_improvement") > 0.0
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+@pytest.mark.parametrize("fault", ["nan_advantage", "zero_advantage"])
+def test_faulty_batch_is_skipped_parameters_unchanged_and_counted(algo, fault):
+    model = filled(algo, normalize_advantage=fault == "nan_advantage")
+    if fault == "nan_advantage":
+        model.rollout_buffer.advantages[3] = float("nan")
+    else:
+        model.rollout_buffer.advantages[:] = 0.0
+    before = get_flat_params(model._actor_params)
+    with pytest.warns(RuntimeWarning, match="natural step skipped"):
+        model.train()
+    assert torch.equal(get_flat_params(model._actor_params), before)
+    assert model.skipped_steps == 1 and logged(model, "skipped_steps") == 1
+    assert logged(model, "step_fraction") == 0.0
+
+
+class _SwappedNamesExtractor(nn.Module):
+    """Its actor network is called ``value_net`` and its critic network ``policy_net``."""
+
+    def __init__(self, feature_dim: int):
+        super().__init__()
+        self.latent_dim_pi = self.latent_dim_vf = 8
+        self.value_net = nn.Sequential(nn.Linear(feature_dim, 8), nn.Tanh())
+        self.policy_net = nn.Sequential(nn.Linear(feature_dim, 8), nn.Tanh())
+
+    def forward(self, features):
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features):
+        return self.value_net(features)
+
+    def forward_critic(self, features):
+        return self.policy_net(features)
+
+
+class _SwappedNamesPolicy(ActorCriticPolicy):
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = _SwappedNamesExtractor(self.features_dim)
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_actor_parameters_come_from_the_graph_not_from_names(algo):
+    model = algo(_SwappedNamesPolicy, "Pendulum-v1", **TINY)
+    names = {id(p): n for n, p in model.policy.named_parameters()}
+    actor = {names[id(p)] for p in model._actor_params}
+    critic = {names[id(p)] for p in model._critic_params}
+    assert actor == {"log_std", "mlp_extractor.value_net.0.weight", "mlp_extractor.value_net.0.bias", "action_net.weight", "action_net.bias"}
+    assert critic == {"mlp_extractor.policy_net.0.weight", "mlp_extractor.policy_net.0.bias", "value_net.weight", "value_net.bias"}
+    model.learn(2 * TINY["n_steps"])

@@ -1,0 +1,40 @@
+"""Each example runs end to end on a tiny budget and returns what it printed."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("algo", ["npg", "trpo"])
+def test_quickstart(algo):
+    mean = _load("quickstart").main(["--timesteps", "1024", "--algo", algo])
+    assert mean > 0
+
+
+def test_continuous_control_writes_tensorboard_logs(tmp_path):
+    best = _load("continuous_control").main(["--timesteps", "2048", "--logdir", str(tmp_path)])
+    assert -2000 < best < 0
+    assert any(tmp_path.rglob("events.out.tfevents.*"))
+
+
+def test_compare_contrib_prints_three_rows(capsys):
+    rows = _load("compare_contrib").main(["--timesteps", "1024"])
+    assert [row[0] for row in rows] == ["sb3_npg.NPG", "sb3_npg.TRPO", "sb3_contrib.TRPO"]
+    assert "sb3_contrib.TRPO" in capsys.readouterr().out
+
+
+def test_demo_saves_both_models_and_prints_the_table(tmp_path, capsys):
+    rows = _load("demo").main(["--timesteps", "1024", "--out", str(tmp_path), "--no-progress-bar"])
+    assert [row[0] for row in rows] == ["NPG", "TRPO"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["npg_CartPole-v1.zip", "trpo_CartPole-v1.zip"]
+    assert "| NPG " in capsys.readouterr().out

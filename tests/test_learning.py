@@ -1,0 +1,16 @@
+"""NPG and TRPO actually learn: CartPole-v1 and Pendulum-v1 within 100k steps (seed 0, settings documented in
+benchmarks/learning.py, the RL Zoo's tuned TRPO settings). Each run stops as soon as the evaluation reaches the
+threshold, so the suite stays fast while the budget is the full 100k steps."""
+
+import pytest
+
+from benchmarks.learning import LEARNING_CONFIGS, run_learning
+
+
+@pytest.mark.parametrize("env_id", list(LEARNING_CONFIGS))
+@pytest.mark.parametrize("algo", ["npg", "trpo"])
+def test_reaches_the_threshold_within_the_budget(algo, env_id):
+    result = run_learning(algo, env_id, seed=0)
+    config = LEARNING_CONFIGS[env_id]
+    assert result.timesteps <= config["budget"]
+    assert result.best_mean_return >= config["threshold"], result
