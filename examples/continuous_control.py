@@ -1,7 +1,7 @@
 """Continuous control: TRPO on Pendulum-v1 with VecNormalize, an EvalCallback and TensorBoard logging.
 
-    python examples/continuous_control.py [--timesteps 40000] [--logdir runs]
-    tensorboard --logdir runs      # train/kl_divergence, train/cg_iterations, eval/mean_reward, ...
+python examples/continuous_control.py [--timesteps 40000] [--logdir runs]
+tensorboard --logdir runs      # train/kl_divergence, train/cg_iterations, eval/mean_reward, ...
 """
 
 from __future__ import annotations

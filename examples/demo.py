@@ -1,6 +1,6 @@
 """`make demo`: train NPG and TRPO on CartPole-v1, evaluate each over 10 episodes, print a table, save the models.
 
-    python examples/demo.py [--timesteps 50000] [--out models]
+python examples/demo.py [--timesteps 50000] [--out models]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Quick start: train NPG on CartPole-v1, save, load, and evaluate.
 
-    python examples/quickstart.py [--timesteps 30000] [--algo npg|trpo]
+python examples/quickstart.py [--timesteps 30000] [--algo npg|trpo]
 """
 
 from __future__ import annotations

@@ -154,6 +154,17 @@ def test_actor_parameters_come_from_the_graph_not_from_names(algo):
     names = {id(p): n for n, p in model.policy.named_parameters()}
     actor = {names[id(p)] for p in model._actor_params}
     critic = {names[id(p)] for p in model._critic_params}
-    assert actor == {"log_std", "mlp_extractor.value_net.0.weight", "mlp_extractor.value_net.0.bias", "action_net.weight", "action_net.bias"}
-    assert critic == {"mlp_extractor.policy_net.0.weight", "mlp_extractor.policy_net.0.bias", "value_net.weight", "value_net.bias"}
+    assert actor == {
+        "log_std",
+        "mlp_extractor.value_net.0.weight",
+        "mlp_extractor.value_net.0.bias",
+        "action_net.weight",
+        "action_net.bias",
+    }
+    assert critic == {
+        "mlp_extractor.policy_net.0.weight",
+        "mlp_extractor.policy_net.0.bias",
+        "value_net.weight",
+        "value_net.bias",
+    }
     model.learn(2 * TINY["n_steps"])

@@ -357,7 +357,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             step_fraction=outcome.fraction,
         )
         if self.has_line_search:
-            stats.add(weight, is_line_search_success=float(outcome.fraction > 0), line_search_last_kl=outcome.last_candidate_kl)
+            stats.add(
+                weight, is_line_search_success=float(outcome.fraction > 0), line_search_last_kl=outcome.last_candidate_kl
+            )
 
     def _propose_step(
         self, surrogate: torch.Tensor, kl: torch.Tensor, evaluate: Callable[[], tuple[float, float]]
@@ -483,5 +485,3 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
-
-

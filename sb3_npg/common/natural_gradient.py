@@ -44,9 +44,7 @@ def flat_grad(
     :param create_graph: build a graph of the gradient itself (for double backward)
     :return: the concatenated, flattened gradient, of length ``sum(p.numel() for p in params)``
     """
-    grads = torch.autograd.grad(
-        output, list(params), retain_graph=retain_graph, create_graph=create_graph, allow_unused=True
-    )
+    grads = torch.autograd.grad(output, list(params), retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
     return torch.cat(
         [(torch.zeros_like(param) if grad is None else grad).reshape(-1) for param, grad in zip(params, grads, strict=True)]
     )

@@ -110,7 +110,14 @@ class TRPO(NaturalPolicyGradient):
 
     def _validate_hyperparameters(self) -> None:
         super()._validate_hyperparameters()
-        check_float("line_search_shrinking_factor", self.line_search_shrinking_factor, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+        check_float(
+            "line_search_shrinking_factor",
+            self.line_search_shrinking_factor,
+            0.0,
+            1.0,
+            low_inclusive=False,
+            high_inclusive=False,
+        )
         check_int("line_search_max_iter", self.line_search_max_iter, 1)
 
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
