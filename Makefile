@@ -41,5 +41,9 @@ format: $(VENV)/.installed-dev
 type: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
+# Learning check over 3 seeds: the table in README.md comes from this file.
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

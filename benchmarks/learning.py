@@ -3,7 +3,11 @@
 The default test suite runs the same configurations (tests/test_learning.py). To reproduce the numbers in the
 closing notes and README::
 
-    .venv/bin/python -m benchmarks.learning --algos npg,trpo --envs CartPole-v1,Pendulum-v1 --seed 0
+    .venv/bin/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
+    .venv/bin/python -m benchmarks.learning --table benchmarks/results/learning.jsonl   # the README table
+
+Each cell of the table is the best deterministic evaluation mean (10 episodes), the step count at which training
+stopped (threshold reached, or the budget spent), and the wall time of ``learn()``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -110,17 +115,54 @@ def run_learning(algo: str, env_id: str, seed: int = 0) -> LearningResult:
     )
 
 
+def _cell(row: dict[str, Any]) -> str:
+    return f"{row['best_mean_return']:.1f} at {row['timesteps'] // 1000}k ({row['wall_time_s']:.0f} s)"
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """
+    The README table: one row per algorithm and environment, one cell per seed.
+
+    :param results: rows as written by :func:`main` (``LearningResult`` fields)
+    :return: the markdown table
+    """
+    seeds = sorted({row["seed"] for row in results})
+    header = "| algorithm | environment | threshold | " + " | ".join(f"seed {seed}" for seed in seeds) + " |"
+    lines = [header, "|" + "---|" * (3 + len(seeds))]
+    groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for row in results:
+        groups.setdefault((row["algo"], row["env_id"]), {})[row["seed"]] = row
+    for (algo, env_id), by_seed in groups.items():
+        cells = [_cell(by_seed[seed]) if seed in by_seed else "-" for seed in seeds]
+        threshold = LEARNING_CONFIGS[env_id]["threshold"]
+        lines.append(f"| {ALGOS[algo].__name__} | {env_id} | {threshold:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", default="npg,trpo")
     parser.add_argument("--envs", default=",".join(LEARNING_CONFIGS))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--out", type=Path, help="also write the results here, one JSON object per line")
+    parser.add_argument("--table", type=Path, help="only print the markdown table of a results file written by --out")
     args = parser.parse_args()
+    if args.table is not None:
+        rows = [json.loads(line) for line in args.table.read_text(encoding="utf-8").splitlines() if line]
+        print(markdown_table(rows))
+        return
     torch.set_num_threads(args.threads)
+    lines = []
     for env_id in args.envs.split(","):
         for algo in args.algos.split(","):
-            print(json.dumps(asdict(run_learning(algo, env_id, args.seed))), flush=True)
+            for seed in map(int, args.seeds.split(",")):
+                lines.append(json.dumps(asdict(run_learning(algo, env_id, seed))))
+                print(lines[-1], flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(markdown_table([json.loads(line) for line in lines]))
 
 
 if __name__ == "__main__":

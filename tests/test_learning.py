@@ -14,3 +14,12 @@ def test_reaches_the_threshold_within_the_budget(algo, env_id):
     config = LEARNING_CONFIGS[env_id]
     assert result.timesteps <= config["budget"]
     assert result.best_mean_return >= config["threshold"], result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("env_id", list(LEARNING_CONFIGS))
+@pytest.mark.parametrize("algo", ["npg", "trpo"])
+def test_other_seeds_reach_the_threshold_too(algo, env_id, seed):
+    result = run_learning(algo, env_id, seed=seed)
+    assert result.best_mean_return >= LEARNING_CONFIGS[env_id]["threshold"], result

@@ -21,7 +21,7 @@ from stable_baselines3.common.policies import (
     BasePolicy,
     MultiInputActorCriticPolicy,
 )
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
@@ -460,7 +460,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
     def learn(
         self: SelfNaturalPolicyGradient,
         total_timesteps: int,
-        callback: Any = None,
+        callback: MaybeCallback = None,
         log_interval: int = 1,
         tb_log_name: str | None = None,
         reset_num_timesteps: bool = True,
