@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, int, float, float, fl
     parser.add_argument("--no-progress-bar", action="store_true")
     args = parser.parse_args(argv)
 
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     rows = []
     for algo in (NPG, TRPO):
         print(f"Training {algo.__name__} on {ENV_ID} for {args.timesteps} steps")
