@@ -266,3 +266,12 @@ def test_package_surface():
         assert "Paper: https://" in (algo.__doc__ or "")
         documented = {line.split(":")[1].split()[1] for line in algo.__doc__.splitlines() if ":param " in line}
         assert set(inspect.signature(algo.__init__).parameters) - {"self"} <= documented
+
+
+def test_critic_optimizer_is_fused_unless_the_user_chose_an_implementation(algo):
+    model = algo("MlpPolicy", "CartPole-v1", **TINY)
+    assert model.policy.optimizer.param_groups[0]["fused"] is True
+    chosen = {**TINY, "policy_kwargs": {"net_arch": [16], "optimizer_kwargs": {"foreach": False}}}
+    model = algo("MlpPolicy", "CartPole-v1", **chosen)
+    group = model.policy.optimizer.param_groups[0]
+    assert group["foreach"] is False and not group["fused"]
