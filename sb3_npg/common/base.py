@@ -157,8 +157,8 @@ def _make_critic_optimizer(
     """
     The critic's optimizer; the fused implementation when the class offers one and the user chose none.
 
-    Fused Adam does the same arithmetic in one kernel: about 3x faster per step than the default per-tensor
-    loop on CPU for small networks (``benchmarks/bench_update.py`` measures its effect on a whole update).
+    Fused Adam does the same arithmetic in one kernel instead of a per-tensor loop, which is cheaper for the many
+    small steps of the critic fit (``benchmarks/bench_update.py`` measures the whole update).
     """
     kwargs = dict(optimizer_kwargs)
     accepts_fused = "fused" in inspect.signature(optimizer_class.__init__).parameters
