@@ -459,7 +459,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         observations, returns = self._critic_targets()
         size = len(returns)
         loss_sum = torch.zeros((), device=self.device)
-        grad_norms = []
+        grad_norm_sum = 0.0
         for _ in range(self.n_critic_updates):
             # One permutation per epoch from numpy's generator, which SB3 seeds, as RolloutBuffer.get() does.
             order = torch.as_tensor(np.random.permutation(size), device=self.device)
@@ -471,11 +471,11 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
                 for param, grad in zip(self._critic_params, grads, strict=True):
                     param.grad = grad
-                grad_norms.append(clip_grad_norm_(self._critic_params, self.max_grad_norm))
+                grad_norm_sum += clip_grad_norm_(self._critic_params, self.max_grad_norm) * len(index)
                 self.policy.optimizer.step()
                 loss_sum += value_loss.detach() * len(index)
         n_samples = size * self.n_critic_updates
-        stats.add(n_samples, value_loss=loss_sum.item() / n_samples, value_grad_norm=float(np.mean(grad_norms)))
+        stats.add(n_samples, value_loss=loss_sum.item() / n_samples, value_grad_norm=grad_norm_sum / n_samples)
         return stats
 
     def _critic_targets(self) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:
