@@ -209,6 +209,9 @@ def test_same_seed_gives_identical_parameters_after_two_updates(algo):
         ("policy_batch_size", 0),
         ("stats_window_size", 0),
         ("normalize_advantage", "yes"),
+        ("fisher", "exact"),
+        ("fisher_sub_sampling_factor", 0),
+        ("critic_fit", "adam"),
     ],
 )
 def test_invalid_options_raise_value_error_naming_the_option(algo, option, value):

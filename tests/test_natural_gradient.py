@@ -3,23 +3,28 @@ import math
 
 import pytest
 import torch
+from gymnasium import spaces
 from stable_baselines3.common.distributions import (
     BernoulliDistribution,
     CategoricalDistribution,
     DiagGaussianDistribution,
     MultiCategoricalDistribution,
 )
+from stable_baselines3.common.policies import ActorCriticPolicy
 from torch.func import functional_call
 
 from sb3_npg.common.base import mean_kl
+from sb3_npg.common.fisher import analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
     conjugate_gradient,
     fisher_vector_product,
     flat_grad,
+    gauss_newton_vector_product,
     get_flat_params,
     kl_scaled_step_size,
     set_flat_params_,
 )
+from sb3_npg.common.policy_parameters import split_actor_critic_parameters
 
 
 def _random_spd(n: int, generator: torch.Generator) -> torch.Tensor:
@@ -135,3 +140,60 @@ def test_fisher_vector_product_equals_hessian_of_mean_kl(make):
         vector = torch.randn(theta0.numel(), generator=generator, dtype=torch.float64)
         assert torch.allclose(product(vector), hessian @ vector, rtol=1e-6, atol=1e-10)
     assert torch.allclose(fisher_vector_product(kl, params, damping=0.5)(vector), hessian @ vector + 0.5 * vector)
+
+
+def test_gauss_newton_product_equals_explicit_jacobian_form():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(N_OBS, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+    unused = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    params = [*net.parameters(), unused]
+    obs = torch.randn(BATCH, N_OBS, dtype=torch.float64)
+    names = [name for name, _ in net.named_parameters()]
+    out = net(obs)
+    statistics = (out, out.exp())
+    weights = (torch.rand(BATCH, 2, dtype=torch.float64), torch.rand(BATCH, 2, dtype=torch.float64))
+
+    def flat_statistics(*values):
+        result = functional_call(net, dict(zip(names, values, strict=True)), (obs,))
+        return torch.cat([result.reshape(-1), result.exp().reshape(-1)])
+
+    jacobians = torch.autograd.functional.jacobian(flat_statistics, tuple(p.detach() for p in net.parameters()))
+    jacobian = torch.cat([j.reshape(j.shape[0], -1) for j in jacobians], dim=1)
+    metric = torch.diag(torch.cat([w.reshape(-1) for w in weights])) / BATCH
+    expected = jacobian.T @ metric @ jacobian
+    product = gauss_newton_vector_product(statistics, params, weights, damping=0.25)
+    vector = torch.randn(expected.shape[0] + 2, dtype=torch.float64)
+    result = product(vector)
+    assert torch.allclose(result[:-2], expected @ vector[:-2] + 0.25 * vector[:-2], rtol=1e-10)
+    assert torch.allclose(result[-2:], 0.25 * vector[-2:]), "a parameter the statistics ignore gets only the damping"
+
+
+ACTION_SPACES = {
+    "Discrete": (spaces.Discrete(4), {}),
+    "Box": (spaces.Box(-1.0, 1.0, (3,)), {}),
+    "Box-gSDE": (spaces.Box(-1.0, 1.0, (3,)), {"use_sde": True}),
+    "MultiDiscrete": (spaces.MultiDiscrete([3, 2, 4]), {}),
+    "MultiBinary": (spaces.MultiBinary(3), {}),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("space", list(ACTION_SPACES))
+def test_analytic_fisher_product_equals_the_autograd_product(space, seed):
+    torch.manual_seed(seed)
+    action_space, kwargs = ACTION_SPACES[space]
+    observation_space = spaces.Box(-1.0, 1.0, (5,))
+    policy = ActorCriticPolicy(observation_space, action_space, lambda _: 1e-3, net_arch=[32, 32], log_std_init=-0.5, **kwargs)
+    if kwargs.get("use_sde"):
+        policy.reset_noise(4)
+    actor, _ = split_actor_critic_parameters(policy)
+    observations = 2 * torch.randn(256, 5)
+    with torch.no_grad():
+        old = copy.copy(policy.get_distribution(observations))
+    autograd = fisher_vector_product(mean_kl(old, policy.get_distribution(observations)), actor, damping=0.1)
+    analytic = analytic_fisher_product(policy.get_distribution(observations), actor, damping=0.1)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        vector = torch.randn(sum(p.numel() for p in actor), generator=generator)
+        expected = autograd(vector)
+        assert float(torch.linalg.vector_norm(analytic(vector) - expected) / torch.linalg.vector_norm(expected)) < 1e-5

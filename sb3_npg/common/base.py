@@ -29,7 +29,9 @@ from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_npg.common.clip import clip_grad_norm_
+from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS, analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
+    MatVec,
     conjugate_gradient,
     fisher_vector_product,
     flat_grad,
@@ -42,6 +44,7 @@ from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import (
     check_float,
     check_int,
+    check_choice,
     check_learning_rate,
     check_optional_float,
     check_optional_int,
@@ -69,6 +72,12 @@ ALWAYS_LOGGED_KEYS = (
 )
 #: The smallest rollout for which advantages can be normalized (a standard deviation needs two samples).
 MIN_NORMALIZED_ROLLOUT = 2
+#: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
+FISHER_PRODUCTS = ("analytic", "autograd")
+#: ``critic_fit`` options: minibatch epochs with the policy's optimizer, or full-batch L-BFGS.
+CRITIC_FITS = ("minibatch", "lbfgs")
+#: L-BFGS's initial step scale; its strong-Wolfe line search then chooses each step.
+LBFGS_LEARNING_RATE = 1.0
 
 
 class StepOutcome(NamedTuple):
@@ -217,6 +226,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         max_grad_norm: float | None = 0.5,
         cg_residual_tol: float = 1e-10,
         policy_batch_size: int | None = None,
+        fisher: str = "analytic",
+        fisher_sub_sampling_factor: int = 1,
+        critic_fit: str = "minibatch",
         _init_setup_model: bool = True,
     ):
         super().__init__(
@@ -252,6 +264,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.sub_sampling_factor = sub_sampling_factor
         self.max_grad_norm = max_grad_norm  # type: ignore[assignment]
         self.policy_batch_size = policy_batch_size
+        self.fisher = fisher
+        self.fisher_sub_sampling_factor = fisher_sub_sampling_factor
+        self.critic_fit = critic_fit
         self.skipped_steps = 0
         self._validate_hyperparameters()
         if self.env is not None:
@@ -277,6 +292,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         check_optional_float("max_grad_norm", self.max_grad_norm)
         check_optional_int("policy_batch_size", self.policy_batch_size, 1)
         check_int("stats_window_size", self._stats_window_size, 1)
+        check_choice("fisher", self.fisher, FISHER_PRODUCTS)
+        check_int("fisher_sub_sampling_factor", self.fisher_sub_sampling_factor, 1)
+        check_choice("critic_fit", self.critic_fit, CRITIC_FITS)
         if not isinstance(self.normalize_advantage, bool):
             raise ValueError(f"`normalize_advantage` must be a bool, got {self.normalize_advantage!r}")
         if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
@@ -307,6 +325,11 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
 
     def _setup_model(self) -> None:
         super()._setup_model()
+        if self.fisher == "analytic" and not isinstance(self.policy.action_dist, ANALYTIC_FISHER_DISTRIBUTIONS):
+            raise ValueError(
+                f"`fisher='analytic'` does not know the Fisher of {type(self.policy.action_dist).__name__}: "
+                "use fisher='autograd'"
+            )
         self._actor_params, self._critic_params = split_actor_critic_parameters(self.policy)
         # The critic's optimizer covers the critic's own parameters only: the actor moves by natural steps.
         self.policy.optimizer = _make_critic_optimizer(
@@ -354,11 +377,11 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         distribution = self.policy.get_distribution(batch.observations)
         ratio = torch.exp(distribution.log_prob(batch.actions) - base_log_prob)
         surrogate = (batch.advantages * ratio).mean()
-        kl = mean_kl(old_distribution, distribution)
         entropy = distribution.entropy()
         weight = len(batch.advantages)
         if entropy is not None:
             stats.add(weight, entropy=entropy.mean().item())
+        fisher = self._fisher_product(batch.observations, old_distribution, distribution)
 
         def evaluate() -> tuple[float, float]:
             with torch.no_grad():
@@ -367,7 +390,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 return float((batch.advantages * candidate_ratio).mean()), float(mean_kl(old_distribution, candidate))
 
         try:
-            proposal, diagnostics = self._propose_step(surrogate, kl, evaluate)
+            proposal, diagnostics = self._propose_step(surrogate, fisher, evaluate)
         except _SkippedStep as reason:
             self._skip_step(str(reason), surrogate.item(), weight, stats)
             return
@@ -385,8 +408,32 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 weight, is_line_search_success=float(outcome.fraction > 0), line_search_last_kl=outcome.last_candidate_kl
             )
 
+    def _fisher_product(
+        self,
+        observations: torch.Tensor | dict[str, torch.Tensor],
+        old_distribution: Distribution,
+        distribution: Distribution,
+    ) -> MatVec:
+        """
+        The damped Fisher-vector product at the base point, over every ``fisher_sub_sampling_factor``-th sample.
+
+        :param observations: the policy batch
+        :param old_distribution: the frozen distribution on the whole batch
+        :param distribution: the distribution on the whole batch, with its graph to the actor parameters
+        :return: the product ``v -> (F + cg_damping * I) v``
+        """
+        if self.fisher_sub_sampling_factor > 1:
+            observations = _select(observations, slice(None, None, self.fisher_sub_sampling_factor))
+            distribution = copy.copy(self.policy.get_distribution(observations))
+            if self.fisher == "autograd":
+                with torch.no_grad():
+                    old_distribution = copy.copy(self.policy.get_distribution(observations))
+        if self.fisher == "analytic":
+            return analytic_fisher_product(distribution, self._actor_params, self.cg_damping)
+        return fisher_vector_product(mean_kl(old_distribution, distribution), self._actor_params, self.cg_damping)
+
     def _propose_step(
-        self, surrogate: torch.Tensor, kl: torch.Tensor, evaluate: Callable[[], tuple[float, float]]
+        self, surrogate: torch.Tensor, fisher: MatVec, evaluate: Callable[[], tuple[float, float]]
     ) -> tuple[StepProposal, dict[str, float]]:
         """Gradient, conjugate gradient and KL scaling; raises :class:`_SkippedStep` on any non-finite quantity."""
         params = self._actor_params
@@ -396,7 +443,6 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             raise _SkippedStep("the policy gradient is not finite")
         if gradient_norm == 0.0:
             raise _SkippedStep("the policy gradient is zero (are all advantages equal?)")
-        fisher = fisher_vector_product(kl, params, self.cg_damping)
         solve = conjugate_gradient(fisher, gradient, self.cg_max_steps, self.cg_residual_tol)
         direction = solve.solution
         if not bool(torch.isfinite(direction).all()):
@@ -452,11 +498,27 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         """
 
     def _fit_critic(self) -> WeightedMeans:
-        """``n_critic_updates`` epochs of minibatch regression of the value on the returns, with the global-norm clip."""
-        stats = WeightedMeans()
+        """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""
         if self.n_critic_updates == 0:
-            return stats
+            return WeightedMeans()
         observations, returns = self._critic_targets()
+        if self.critic_fit == "lbfgs":
+            return self._fit_critic_lbfgs(observations, returns)
+        return self._fit_critic_minibatch(observations, returns)
+
+    def _critic_gradient(self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor) -> torch.Tensor:
+        """The value loss on a batch, with its gradient put into the critic's own parameters (none for the actor's)."""
+        values = self.policy.predict_values(observations).flatten()
+        value_loss = F.mse_loss(values, returns)
+        grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
+        for param, grad in zip(self._critic_params, grads, strict=True):
+            param.grad = grad
+        return value_loss.detach()
+
+    def _fit_critic_minibatch(
+        self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor
+    ) -> WeightedMeans:
+        """``n_critic_updates`` epochs of minibatch steps of the policy's optimizer, with the global-norm clip."""
         size = len(returns)
         loss_sum = torch.zeros((), device=self.device)
         grad_norm_sum = 0.0
@@ -465,17 +527,34 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             order = torch.as_tensor(np.random.permutation(size), device=self.device)
             for start in range(0, size, self.batch_size):
                 index = order[start : start + self.batch_size]
-                values = self.policy.predict_values(_select(observations, index)).flatten()
-                value_loss = F.mse_loss(values, returns[index])
-                # Gradients of the critic's own parameters only: none are computed for (shared) actor parameters.
-                grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
-                for param, grad in zip(self._critic_params, grads, strict=True):
-                    param.grad = grad
+                loss_sum += self._critic_gradient(_select(observations, index), returns[index]) * len(index)
                 grad_norm_sum += clip_grad_norm_(self._critic_params, self.max_grad_norm) * len(index)
                 self.policy.optimizer.step()
-                loss_sum += value_loss.detach() * len(index)
         n_samples = size * self.n_critic_updates
+        stats = WeightedMeans()
         stats.add(n_samples, value_loss=loss_sum.item() / n_samples, value_grad_norm=grad_norm_sum / n_samples)
+        return stats
+
+    def _fit_critic_lbfgs(self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor) -> WeightedMeans:
+        """
+        Full-batch L-BFGS with a strong-Wolfe line search, at most ``n_critic_updates`` iterations, started afresh.
+
+        The line search sets the step, so neither the learning rate nor the gradient clip applies (clipping would
+        corrupt the curvature pairs). The logged loss and gradient norm are those of the last evaluation.
+        """
+        optimizer = torch.optim.LBFGS(
+            self._critic_params, lr=LBFGS_LEARNING_RATE, max_iter=self.n_critic_updates, line_search_fn="strong_wolfe"
+        )
+        last: dict[str, torch.Tensor] = {}
+
+        def closure() -> torch.Tensor:
+            last["loss"] = self._critic_gradient(observations, returns)
+            return last["loss"]
+
+        optimizer.step(closure)
+        stats = WeightedMeans()
+        # The norm only: ``max_norm=None`` leaves the gradients as they are.
+        stats.add(len(returns), value_loss=last["loss"].item(), value_grad_norm=clip_grad_norm_(self._critic_params, None))
         return stats
 
     def _critic_targets(self) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:

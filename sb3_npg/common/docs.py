@@ -48,6 +48,20 @@ ARGS_AFTER_LINE_SEARCH = """
     :param policy_batch_size: ``None``: one natural step on the whole rollout (as sb3-contrib). An int: one
         natural step per shuffled minibatch of that size, each measured from the parameters left by the previous
         one (its own base point), as in the classic NPG learners
+    :param fisher: How Fisher-vector products are computed; both give the same product (the Hessian of the mean
+        KL at the base point). ``"analytic"`` (default): the Gauss-Newton product ``J^T M J v`` with the action
+        distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
+        ``"autograd"``: double backward through the KL, for custom distributions. The analytic product is the
+        faster on every configuration of ``benchmarks/bench_fisher.py`` (see its table in ``benchmarks/README.md``)
+    :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
+        only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
+        baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the
+        gradient loses no samples
+    :param critic_fit: How the critic is fitted each update. ``"minibatch"`` (default, as sb3-contrib):
+        ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the policy's optimizer with the
+        ``max_grad_norm`` clip. ``"lbfgs"``: full-batch L-BFGS with a strong-Wolfe line search, at most
+        ``n_critic_updates`` iterations, started afresh each update; the line search sets the step, so
+        ``learning_rate``, ``batch_size`` and ``max_grad_norm`` do not apply to the critic
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
 """
 

@@ -81,3 +81,15 @@ def check_learning_rate(value: Any) -> None:
     """
     if not callable(value):
         check_float("learning_rate", value, 0.0, low_inclusive=False)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """
+    Require one of a few strings.
+
+    :param name: the option's name, quoted in the error
+    :param value: the value given
+    :param choices: the allowed values
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}, got {value!r}")

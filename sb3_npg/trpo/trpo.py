@@ -73,6 +73,9 @@ class TRPO(NaturalPolicyGradient):
         max_grad_norm: float | None = 0.5,
         cg_residual_tol: float = 1e-10,
         policy_batch_size: int | None = None,
+        fisher: str = "analytic",
+        fisher_sub_sampling_factor: int = 1,
+        critic_fit: str = "minibatch",
         _init_setup_model: bool = True,
     ):
         # Set before the shared constructor, which validates every option and builds the model.
@@ -105,6 +108,9 @@ class TRPO(NaturalPolicyGradient):
             max_grad_norm=max_grad_norm,
             cg_residual_tol=cg_residual_tol,
             policy_batch_size=policy_batch_size,
+            fisher=fisher,
+            fisher_sub_sampling_factor=fisher_sub_sampling_factor,
+            critic_fit=critic_fit,
             _init_setup_model=_init_setup_model,
         )
 

@@ -1,0 +1,128 @@
+"""The options that make an update cheaper: the Fisher product, Fisher sub-sampling and the critic's fit."""
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.distributions import CategoricalDistribution, Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+
+from sb3_npg import NPG, TRPO
+from sb3_npg.common import base
+from sb3_npg.common.natural_gradient import get_flat_params
+from tests.test_algorithms import TINY, filled, logged
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_analytic_and_autograd_fisher_take_the_same_step(env_id):
+    models = {fisher: filled(NPG, env_id, fisher=fisher) for fisher in ("analytic", "autograd")}
+    for model in models.values():
+        model.train()
+    analytic, autograd = (get_flat_params(models[f]._actor_params) for f in ("analytic", "autograd"))
+    start = get_flat_params(filled(NPG, env_id)._actor_params)
+    assert not torch.allclose(analytic, start)
+    assert torch.allclose(analytic - start, autograd - start, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("fisher", ["analytic", "autograd"])
+def test_fisher_sub_sampling_uses_every_nth_sample_for_the_fisher_only(fisher, monkeypatch):
+    fisher_batch_sizes, selections = [], []
+    analytic = base.analytic_fisher_product
+    monkeypatch.setattr(
+        base,
+        "analytic_fisher_product",
+        lambda distribution, *args: (
+            fisher_batch_sizes.append(len(distribution.distribution.logits)) or analytic(distribution, *args)
+        ),
+    )
+    select = base._select
+    monkeypatch.setattr(base, "_select", lambda observations, index: selections.append(index) or select(observations, index))
+    full = filled(TRPO, "CartPole-v1", fisher=fisher)
+    strided = filled(TRPO, "CartPole-v1", fisher=fisher, fisher_sub_sampling_factor=5)
+    full.train()
+    assert slice(None, None, 5) not in selections
+    strided.train()
+    assert slice(None, None, 5) in selections
+    # The gradient is the same (whole batch, same base point); the Fisher, and so the step, differ.
+    assert logged(full, "policy_grad_norm") == pytest.approx(logged(strided, "policy_grad_norm"), rel=1e-6)
+    assert logged(full, "expected_improvement") != logged(strided, "expected_improvement")
+    if fisher == "analytic":
+        assert fisher_batch_sizes == [TINY["n_steps"], len(range(0, TINY["n_steps"], 5))]
+
+
+def test_fisher_sub_sampled_step_still_respects_the_trust_region():
+    model = filled(TRPO, "CartPole-v1", fisher_sub_sampling_factor=4)
+    model.train()
+    assert 0.0 < logged(model, "kl_divergence") <= model.target_kl
+
+
+def test_lbfgs_critic_fits_at_least_as_well_as_minibatch():
+    losses = {}
+    for critic_fit in ("minibatch", "lbfgs"):
+        model = filled(TRPO, critic_fit=critic_fit, n_critic_updates=20)
+        observations, returns = model._critic_targets()
+        model._fit_critic()
+        with torch.no_grad():
+            losses[critic_fit] = float(torch.mean((model.policy.predict_values(observations).flatten() - returns) ** 2))
+    assert losses["lbfgs"] <= losses["minibatch"]
+
+
+def test_lbfgs_critic_moves_only_the_critic_and_logs_its_fit():
+    model = filled(NPG, critic_fit="lbfgs", n_critic_updates=5)
+    actor = get_flat_params(model._actor_params)
+    critic = get_flat_params(model._critic_params)
+    model._fit_critic()
+    assert torch.equal(get_flat_params(model._actor_params), actor)
+    assert not torch.equal(get_flat_params(model._critic_params), critic)
+    model.train()
+    assert np.isfinite(logged(model, "value_loss")) and logged(model, "value_grad_norm") >= 0.0
+
+
+class _OpaqueCategorical(Distribution):
+    """A custom distribution (wrapping a categorical) that the analytic Fisher does not know."""
+
+    def __init__(self, action_dim: int):
+        super().__init__()
+        self.inner = CategoricalDistribution(action_dim)
+
+    def proba_distribution_net(self, *args, **kwargs):
+        return self.inner.proba_distribution_net(*args, **kwargs)
+
+    def proba_distribution(self, action_logits):
+        self.inner = type(self.inner)(self.inner.action_dim).proba_distribution(action_logits)
+        self.distribution = self.inner.distribution
+        return self
+
+    def log_prob(self, actions):
+        return self.inner.log_prob(actions)
+
+    def entropy(self):
+        return self.inner.entropy()
+
+    def sample(self):
+        return self.inner.sample()
+
+    def mode(self):
+        return self.inner.mode()
+
+    def actions_from_params(self, *args, **kwargs):
+        return self.inner.actions_from_params(*args, **kwargs)
+
+    def log_prob_from_params(self, *args, **kwargs):
+        return self.inner.log_prob_from_params(*args, **kwargs)
+
+
+class _CustomDistributionPolicy(ActorCriticPolicy):
+    def _build(self, lr_schedule):
+        super()._build(lr_schedule)
+        self.action_dist = _OpaqueCategorical(int(self.action_space.n))
+
+    def _get_action_dist_from_latent(self, latent_pi):
+        return self.action_dist.proba_distribution(self.action_net(latent_pi))
+
+
+def test_custom_distribution_needs_the_autograd_fisher(algo):
+    with pytest.raises(ValueError, match="fisher='autograd'"):
+        algo(_CustomDistributionPolicy, "CartPole-v1", **TINY)
+    model = algo(_CustomDistributionPolicy, "CartPole-v1", fisher="autograd", **TINY).learn(2 * TINY["n_steps"])
+    assert model.skipped_steps == 0
+    assert logged(model, "cg_iterations") > 0
