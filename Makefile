@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow lint format type bench clean
+.PHONY: demo test test-slow lint format type bench bench-update bench-fisher bench-learn clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,18 @@ type: $(VENV)/.installed-dev
 # Learning check over 3 seeds: the table in README.md comes from this file.
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
+
+# Update time of one train() next to sb3-contrib's TRPO on shared rollouts (needs the mujoco extra for MuJoCo configs).
+bench-update: $(VENV)/.installed-benchmarks
+	$(BIN)/python -m benchmarks.bench_update --out benchmarks/results/bench_update.json
+
+# The Fisher-vector product implementations side by side.
+bench-fisher: $(VENV)/.installed-benchmarks
+	$(BIN)/python -m benchmarks.bench_fisher --out benchmarks/results/bench_fisher.json
+
+# End to end against sb3-contrib's TRPO: wall time and final return over 3 seeds (resumes an interrupted run).
+bench-learn: $(VENV)/.installed-benchmarks
+	$(BIN)/python -m benchmarks.bench_learn --seeds 0,1,2 --out benchmarks/results/bench_learn.jsonl
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

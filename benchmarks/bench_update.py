@@ -1,19 +1,22 @@
 """Time one ``train()`` of sb3-contrib's TRPO, our TRPO and our NPG on identical rollout data, side by side.
 
-    .venv/bin/python -m benchmarks.bench_update [--reps 15] [--configs CartPole-v1,Pendulum-v1]
-        [--out benchmarks/results/bench_update.json]
+    make bench-update    # = .venv/bin/python -m benchmarks.bench_update --out benchmarks/results/bench_update.json
+    .venv/bin/python -m benchmarks.bench_update [--reps 15] [--configs CartPole-v1,Pendulum-v1] [--out FILE]
 
-For each configuration one rollout is collected once and shared by every model; every model starts each timed
-``train()`` from the same parameters and optimizer state. Models are timed in alternation (A B C A B C ...) after a
-warm-up, with one torch thread; the table reports the median milliseconds per update and the median of the
-per-repetition ratios ours / sb3-contrib. Peak memory is the growth of the resident set size during one update,
-measured in a forked child before any timing.
+For each configuration, sb3-contrib's TRPO first trains for ``WARM_UP_UPDATES`` updates (so the critic and policy are
+realistic, not freshly initialized); then one rollout is collected and shared by every model, and every model starts
+each timed ``train()`` from those same parameters and a fresh critic optimizer. Contenders: sb3-contrib's TRPO, our
+TRPO and NPG with identical hyperparameters (the same critic and CG work), and our TRPO and NPG with the recommended
+``FAST_SETTINGS`` on top. They are timed in alternation (A B C D E A B C D E ...) after ``WARMUP`` untimed rounds, with
+one torch thread; the table reports the median milliseconds per update and the median of the per-repetition ratios
+ours / sb3-contrib. Peak memory is the growth of the resident set size during one update, measured in a forked child
+before any timing. Critic quality after the update: the value loss on the rollout it was fitted to, and the explained
+variance of the value on a second, held-out rollout of the same policy.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import multiprocessing
@@ -24,14 +27,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sb3_contrib
 import torch
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_npg import NPG, TRPO
+from sb3_npg import FAST_SETTINGS, NPG, TRPO
 
 MUJOCO = {"n_steps": 1024, "batch_size": 128, "cg_max_steps": 25, "n_critic_updates": 20}
 #: name -> environment, number of envs, VecNormalize, hyperparameters (given unchanged to every model)
@@ -51,15 +56,25 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "hyperparams": {**MUJOCO, "n_steps": 8192},
     },
 }
+#: (name, class, extra settings) of every contender; the first is the reference of the ratios.
+CONTENDERS: list[tuple[str, type[OnPolicyAlgorithm], dict[str, Any]]] = [
+    ("sb3_contrib.TRPO", sb3_contrib.TRPO, {}),
+    ("sb3_npg.TRPO", TRPO, {}),
+    ("sb3_npg.NPG", NPG, {}),
+    ("sb3_npg.TRPO+fast", TRPO, dict(FAST_SETTINGS)),
+    ("sb3_npg.NPG+fast", NPG, dict(FAST_SETTINGS)),
+]
 WARMUP = 2
+#: Updates sb3-contrib's TRPO trains before the shared rollout, so the timed update starts from a trained state.
+WARM_UP_UPDATES = 5
 KIB_PER_PAGE = resource.getpagesize() // 1024
 
 
-def _build(algo: type[OnPolicyAlgorithm], config: dict[str, Any], seed: int) -> OnPolicyAlgorithm:
+def _build(algo: type[OnPolicyAlgorithm], config: dict[str, Any], seed: int, **extra: Any) -> OnPolicyAlgorithm:
     env = make_vec_env(config["env_id"], n_envs=config["n_envs"], seed=seed)
     if config["normalize"]:
         env = VecNormalize(env)
-    model = algo("MlpPolicy", env, seed=seed, device="cpu", **config["hyperparams"])
+    model = algo("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **extra})
     model.set_logger(configure(None, []))
     return model
 
@@ -68,6 +83,28 @@ def _fill(model: OnPolicyAlgorithm) -> None:
     _, callback = model._setup_learn(model.n_steps * model.n_envs)
     assert model.env is not None
     model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+
+
+def machine_description() -> dict[str, str]:
+    """The date, platform, CPU model and torch version, to store beside every result."""
+    cpu = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = f"{len(names)} x {names[0]}" if names else cpu
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": platform.platform(),
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "threads": str(torch.get_num_threads()),
+    }
+
+
+def write_results(path: Path, results: list[dict[str, Any]]) -> None:
+    """Write results as JSON beside a description of the machine."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": machine_description(), "results": results}, indent=2), encoding="utf-8")
 
 
 def _rss_kib() -> int:
@@ -94,36 +131,77 @@ def _peak_memory_mib(model: OnPolicyAlgorithm) -> float:
 class _Contender:
     """A model and the state it is reset to before every timed update."""
 
-    def __init__(self, name: str, model: OnPolicyAlgorithm):
+    def __init__(self, name: str, model: OnPolicyAlgorithm, policy_state: dict[str, torch.Tensor]):
         self.name, self.model = name, model
-        self.policy_state = copy.deepcopy(model.policy.state_dict())
-        self.optimizer_state = copy.deepcopy(model.policy.optimizer.state_dict())
+        model.policy.load_state_dict(policy_state)
+        self.policy_state = policy_state
+        self.optimizer_state = model.policy.optimizer.state_dict()
         self.times: list[float] = []
 
-    def timed_update(self) -> float:
+    def reset(self) -> None:
         self.model.policy.load_state_dict(self.policy_state)
         self.model.policy.optimizer.load_state_dict(self.optimizer_state)
+
+    def timed_update(self) -> float:
+        self.reset()
         start = time.perf_counter()
         self.model.train()
         return time.perf_counter() - start
 
+    def critic_quality(self, fitted: RolloutBuffer, held_out: RolloutBuffer) -> dict[str, float]:
+        """After one update: value loss on the fitted rollout, explained variance on the held-out one."""
+        self.reset()
+        self.model.train()
+        with torch.no_grad():
+            fitted_data = next(fitted.get(batch_size=None))
+            loss = torch.mean(
+                (self.model.policy.predict_values(fitted_data.observations).flatten() - fitted_data.returns) ** 2
+            )
+            held = next(held_out.get(batch_size=None))
+            values = self.model.policy.predict_values(held.observations).flatten()
+        residual_variance = torch.var(held.returns - values) / torch.var(held.returns)
+        return {"value_loss": float(loss), "held_out_explained_variance": float(1.0 - residual_variance)}
+
+
+def _shared_rollouts(config: dict[str, Any], seed: int) -> tuple[OnPolicyAlgorithm, RolloutBuffer, RolloutBuffer]:
+    """sb3-contrib's model after its warm-up updates, its fitted rollout and a held-out one of the same policy."""
+    contrib = _build(sb3_contrib.TRPO, config, seed)
+    contrib.learn(WARM_UP_UPDATES * contrib.n_steps * contrib.n_envs)
+    held_out = contrib.rollout_buffer
+    contrib.rollout_buffer = type(held_out)(
+        contrib.n_steps, contrib.observation_space, contrib.action_space, device="cpu", gamma=contrib.gamma,
+        gae_lambda=contrib.gae_lambda, n_envs=contrib.n_envs,
+    )  # fmt: skip
+    _fill(contrib)
+    fitted = contrib.rollout_buffer
+    held_out.reset()
+    contrib.rollout_buffer = held_out
+    _fill(contrib)
+    contrib.rollout_buffer = fitted
+    # A fresh critic optimizer, as every other contender has: no one starts with the warm-up's Adam moments.
+    contrib.policy.optimizer = contrib.policy.optimizer_class(
+        contrib.policy.parameters(), lr=contrib.lr_schedule(1), **contrib.policy.optimizer_kwargs
+    )
+    return contrib, fitted, held_out
+
 
 def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) -> dict[str, Any]:
-    """Time the three contenders on one shared rollout; return medians, ratios and peak memory."""
-    contrib = _build(sb3_contrib.TRPO, config, seed)
-    _fill(contrib)
-    contenders = [_Contender("sb3_contrib.TRPO", contrib)]
-    for algo in (TRPO, NPG):
-        model = _build(algo, config, seed)
-        model.rollout_buffer = contrib.rollout_buffer
-        contenders.append(_Contender(f"sb3_npg.{algo.__name__}", model))
+    """Time every contender on one shared rollout; return medians, ratios, peak memory and critic quality."""
+    contrib, fitted, held_out = _shared_rollouts(config, seed)
+    policy_state = {key: value.clone() for key, value in contrib.policy.state_dict().items()}
+    contenders = []
+    for label, algo, extra in CONTENDERS:
+        model = contrib if algo is sb3_contrib.TRPO else _build(algo, config, seed, **extra)
+        model.rollout_buffer = fitted
+        contenders.append(_Contender(label, model, policy_state))
     memory = {c.name: _peak_memory_mib(c.model) for c in contenders}
-    for _ in range(WARMUP):
+    quality = {c.name: c.critic_quality(fitted, held_out) for c in contenders}
+    np.random.seed(seed)
+    for rep in range(WARMUP + reps):
         for contender in contenders:
-            contender.timed_update()
-    for _ in range(reps):
-        for contender in contenders:
-            contender.times.append(contender.timed_update())
+            elapsed = contender.timed_update()
+            if rep >= WARMUP:
+                contender.times.append(elapsed)
     reference = contenders[0].times
     result: dict[str, Any] = {"config": name, "samples": contrib.n_steps * contrib.n_envs, "models": {}}
     for contender in contenders:
@@ -132,6 +210,7 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
             "median_ms": 1000 * statistics.median(contender.times),
             "median_ratio": statistics.median(ratios),
             "peak_memory_mib": memory[contender.name],
+            **quality[contender.name],
         }
     return result
 
@@ -139,14 +218,16 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """One row per configuration and model."""
     lines = [
-        "| configuration | samples | model | ms / update (median) | ratio to sb3-contrib (median) | peak memory (MiB) |",
-        "|---|---|---|---|---|---|",
+        "| configuration | samples | model | ms / update (median) | ratio to sb3-contrib (median) | peak memory (MiB) "
+        "| value loss after | held-out explained variance |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for model, row in result["models"].items():
             lines.append(
                 f"| {result['config']} | {result['samples']} | {model} | {row['median_ms']:.1f} | "
-                f"{row['median_ratio']:.2f} | {row['peak_memory_mib']:.1f} |"
+                f"{row['median_ratio']:.2f} | {row['peak_memory_mib']:.1f} | {row['value_loss']:.4g} | "
+                f"{row['held_out_explained_variance']:.3f} |"
             )
     return "\n".join(lines)
 
@@ -162,13 +243,9 @@ def main() -> None:
     for name in args.configs.split(","):
         results.append(bench_config(name, CONFIGS[name], args.reps))
         print(markdown_table(results[-1:]), flush=True)
-    table = markdown_table(results)
-    print(f"\n{table}")
+    print(f"\n{markdown_table(results)}")
     if args.out is not None:
-        meta = {"date": datetime.date.today().isoformat(), "machine": platform.platform(), "cpu": platform.processor()}
-        meta["torch"] = torch.__version__
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2), encoding="utf-8")
+        write_results(args.out, results)
 
 
 if __name__ == "__main__":

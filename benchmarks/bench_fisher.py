@@ -1,0 +1,161 @@
+"""Time the Fisher-vector product implementations on real rollouts: build once, then ``cg_max_steps`` products.
+
+    .venv/bin/python -m benchmarks.bench_fisher [--reps 15] [--configs CartPole-v1,Pendulum-v1]
+        [--out benchmarks/results/bench_fisher.json]
+
+Contenders, each over the actor parameters of the same policy on the same observations:
+
+- ``autograd``: double backward through the mean KL (``fisher="autograd"``);
+- ``analytic``: the Gauss-Newton product ``J^T M J v`` with the analytic Fisher, reverse mode only
+  (``fisher="analytic"``);
+- ``torch.func``: the same Gauss-Newton product with ``torch.func.jvp`` for ``J v`` and ``torch.func.vjp`` for
+  ``J^T u`` (shown here only to justify the choice above; not used by the package).
+
+Each is timed with the whole batch and with every 5th sample (``fisher_sub_sampling_factor=5``), alternating
+A B C A B C after a warm-up, with one torch thread; the table reports medians and the ratio to ``autograd``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from benchmarks.bench_update import CONFIGS, WARMUP, _build, _fill, write_results
+from sb3_npg import TRPO
+from sb3_npg.common.base import _select, mean_kl
+from sb3_npg.common.fisher import analytic_fisher_product, distribution_statistics, fisher_weights
+from sb3_npg.common.natural_gradient import MatVec, fisher_vector_product
+
+SUB_SAMPLING_FACTORS = (1, 5)
+DAMPING = 0.1
+
+
+class _Statistics(nn.Module):
+    """``torch.func.functional_call`` runs a module's forward: this one's is the policy's distribution statistics."""
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, observations: Any) -> tuple[torch.Tensor, ...]:
+        return distribution_statistics(self.policy.get_distribution(observations))
+
+
+def _autograd(model: TRPO, observations: Any) -> MatVec:
+    with torch.no_grad():
+        old = copy.copy(model.policy.get_distribution(observations))
+    return fisher_vector_product(mean_kl(old, model.policy.get_distribution(observations)), model._actor_params, DAMPING)
+
+
+def _analytic(model: TRPO, observations: Any) -> MatVec:
+    return analytic_fisher_product(model.policy.get_distribution(observations), model._actor_params, DAMPING)
+
+
+def _torch_func(model: TRPO, observations: Any) -> MatVec:
+    wrapper = _Statistics(model.policy)
+    names = {id(param): name for name, param in wrapper.named_parameters()}
+    keys = [names[id(param)] for param in model._actor_params]
+    primals = tuple(param.detach() for param in model._actor_params)
+    shapes, sizes = [p.shape for p in primals], [p.numel() for p in primals]
+
+    def statistics_of(*values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.func.functional_call(wrapper, dict(zip(keys, values, strict=True)), (observations,))
+
+    outputs, pullback = torch.func.vjp(statistics_of, *primals)
+    weights = [w / outputs[0].shape[0] for w in fisher_weights(model.policy.action_dist, outputs)]
+
+    def product(vector: torch.Tensor) -> torch.Tensor:
+        tangents = tuple(part.view(shape) for part, shape in zip(vector.split(sizes), shapes, strict=True))
+        _, directional = torch.func.jvp(statistics_of, primals, tangents)
+        grads = pullback(tuple(w * d for w, d in zip(weights, directional, strict=True)))
+        return torch.cat([grad.reshape(-1) for grad in grads]) + DAMPING * vector
+
+    return product
+
+
+CONTENDERS: dict[str, Callable[[TRPO, Any], MatVec]] = {
+    "autograd": _autograd,
+    "analytic": _analytic,
+    "torch.func": _torch_func,
+}
+
+
+def _time_once(build: Callable[[TRPO, Any], MatVec], model: TRPO, observations: Any, vector: torch.Tensor) -> float:
+    start = time.perf_counter()
+    product = build(model, observations)
+    for _ in range(model.cg_max_steps):
+        product(vector)
+    return time.perf_counter() - start
+
+
+def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Median time of one build plus ``cg_max_steps`` products per contender and sub-sampling factor."""
+    model = _build(TRPO, config, seed)
+    _fill(model)
+    assert isinstance(model, TRPO)
+    observations = next(model.rollout_buffer.get(batch_size=None)).observations
+    vector = torch.randn(sum(p.numel() for p in model._actor_params), generator=torch.Generator().manual_seed(seed))
+    rows = []
+    for factor in SUB_SAMPLING_FACTORS:
+        batch = _select(observations, slice(None, None, factor))
+        times: dict[str, list[float]] = {contender: [] for contender in CONTENDERS}
+        for rep in range(WARMUP + reps):
+            for contender, build in CONTENDERS.items():
+                elapsed = _time_once(build, model, batch, vector)
+                if rep >= WARMUP:
+                    times[contender].append(elapsed)
+        for contender, measured in times.items():
+            ratios = [t / r for t, r in zip(measured, times["autograd"], strict=True)]
+            rows.append(
+                {
+                    "config": name,
+                    "fisher_samples": len(range(0, model.n_steps * model.n_envs, factor)),
+                    "contender": contender,
+                    "products": model.cg_max_steps,
+                    "median_ms": 1000 * statistics.median(measured),
+                    "median_ratio": statistics.median(ratios),
+                }
+            )
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """One row per configuration, Fisher batch and contender."""
+    lines = [
+        "| configuration | Fisher samples | product | ms for build + products (median) | ratio to autograd (median) |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['config']} | {row['fisher_samples']} | {row['contender']} ({row['products']} products) | "
+            f"{row['median_ms']:.1f} | {row['median_ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names of CONFIGS")
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows: list[dict[str, Any]] = []
+    for name in args.configs.split(","):
+        rows.extend(new := bench_config(name, CONFIGS[name], args.reps))
+        print(markdown_table(new), flush=True)
+    print(f"\n{markdown_table(rows)}")
+    if args.out is not None:
+        write_results(args.out, rows)
+
+
+if __name__ == "__main__":
+    main()
