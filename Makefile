@@ -53,9 +53,9 @@ bench-update: $(VENV)/.installed-benchmarks
 bench-fisher: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.bench_fisher --out benchmarks/results/bench_fisher.json
 
-# End to end against sb3-contrib's TRPO: wall time and final return over 3 seeds (resumes an interrupted run).
+# End to end against sb3-contrib's TRPO: wall time and final return over 5 seeds (resumes an interrupted run).
 bench-learn: $(VENV)/.installed-benchmarks
-	$(BIN)/python -m benchmarks.bench_learn --seeds 0,1,2 --out benchmarks/results/bench_learn.jsonl
+	$(BIN)/python -m benchmarks.bench_learn --seeds 0,1,2,3,4 --out benchmarks/results/bench_learn.jsonl
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

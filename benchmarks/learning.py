@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,7 +76,7 @@ class LearningResult:
     reached: bool
 
 
-def run_learning(algo: str, env_id: str, seed: int = 0) -> LearningResult:
+def run_learning(algo: str, env_id: str, seed: int = 0, settings: Mapping[str, Any] | None = None) -> LearningResult:
     """
     Train ``algo`` on ``env_id`` with :data:`LEARNING_CONFIGS` until the deterministic evaluation mean over 10
     episodes reaches the threshold or the budget is spent.
@@ -83,6 +84,7 @@ def run_learning(algo: str, env_id: str, seed: int = 0) -> LearningResult:
     :param algo: ``npg`` or ``trpo``
     :param env_id: a key of :data:`LEARNING_CONFIGS`
     :param seed: the seed of the model and of the environments
+    :param settings: options added to (or replacing) the environment's settings, e.g. ``sb3_npg.FAST_SETTINGS``
     :return: the best evaluation mean, when it was reached and how long it took
     """
     config = LEARNING_CONFIGS[env_id]
@@ -98,7 +100,7 @@ def run_learning(algo: str, env_id: str, seed: int = 0) -> LearningResult:
         deterministic=True,
         verbose=0,
     )
-    model = ALGOS[algo]("MlpPolicy", env, seed=seed, device="cpu", **config["hyperparams"])
+    model = ALGOS[algo]("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **(settings or {})})
     start = time.perf_counter()
     model.learn(config["budget"], callback=evaluation)
     wall = time.perf_counter() - start

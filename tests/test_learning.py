@@ -1,16 +1,20 @@
 """NPG and TRPO actually learn: CartPole-v1 and Pendulum-v1 within 100k steps (seed 0, settings documented in
-benchmarks/learning.py, the RL Zoo's tuned TRPO settings). Each run stops as soon as the evaluation reaches the
-threshold, so the suite stays fast while the budget is the full 100k steps."""
+benchmarks/learning.py, the RL Zoo's tuned TRPO settings, alone and with ``FAST_SETTINGS``). Each run stops as
+soon as the evaluation reaches the threshold, so the suite stays fast while the budget is the full 100k steps."""
 
 import pytest
 
 from benchmarks.learning import LEARNING_CONFIGS, run_learning
+from sb3_npg import FAST_SETTINGS
+
+SETTINGS = {"zoo": {}, "zoo+FAST_SETTINGS": FAST_SETTINGS}
 
 
+@pytest.mark.parametrize("settings", list(SETTINGS))
 @pytest.mark.parametrize("env_id", list(LEARNING_CONFIGS))
 @pytest.mark.parametrize("algo", ["npg", "trpo"])
-def test_reaches_the_threshold_within_the_budget(algo, env_id):
-    result = run_learning(algo, env_id, seed=0)
+def test_reaches_the_threshold_within_the_budget(algo, env_id, settings):
+    result = run_learning(algo, env_id, seed=0, settings=SETTINGS[settings])
     config = LEARNING_CONFIGS[env_id]
     assert result.timesteps <= config["budget"]
     assert result.best_mean_return >= config["threshold"], result

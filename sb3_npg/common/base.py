@@ -79,10 +79,13 @@ FISHER_PRODUCTS = ("analytic", "autograd")
 CRITIC_FITS = ("minibatch", "lbfgs")
 #: L-BFGS's initial step scale; its strong-Wolfe line search then chooses each step.
 LBFGS_LEARNING_RATE = 1.0
-#: The recommended settings for fast updates, to add to any configuration: ``NPG("MlpPolicy", env, **FAST_SETTINGS)``.
-#: Fisher products on every 5th sample (as OpenAI baselines' TRPO) and a full-batch L-BFGS critic fit of at most
-#: ``n_critic_updates`` iterations. ``benchmarks/bench_update.py`` and ``benchmarks/bench_learn.py`` measure them.
-FAST_SETTINGS: Mapping[str, Any] = MappingProxyType({"fisher_sub_sampling_factor": 5, "critic_fit": "lbfgs"})
+#: The recommended settings for fast updates, to put after any configuration:
+#: ``NPG("MlpPolicy", env, **{**config, **FAST_SETTINGS})``. Fisher products on every 5th sample (as OpenAI baselines'
+#: TRPO) and a full-batch L-BFGS critic fit of at most 10 iterations (replacing the epochs of ``n_critic_updates``).
+#: ``benchmarks/bench_update.py`` and ``benchmarks/bench_learn.py`` measure them against sb3-contrib's TRPO.
+FAST_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    {"fisher_sub_sampling_factor": 5, "critic_fit": "lbfgs", "n_critic_updates": 10}
+)
 
 
 class StepOutcome(NamedTuple):
