@@ -5,19 +5,28 @@
 
 For each configuration, sb3-contrib's TRPO first trains for ``WARM_UP_UPDATES`` updates (so the critic and policy are
 realistic, not freshly initialized); then one rollout is collected and shared by every model, and every model starts
-each timed ``train()`` from those same parameters and a fresh critic optimizer. Contenders: sb3-contrib's TRPO, our
-TRPO and NPG with identical hyperparameters (the same critic and CG work), and our TRPO and NPG with the recommended
-``FAST_SETTINGS`` on top. They are timed in alternation (A B C D E A B C D E ...) after ``WARMUP`` untimed rounds, with
-one torch thread; the table reports the median milliseconds per update and the median of the per-repetition ratios
-ours / sb3-contrib. Peak memory is the growth of the resident set size during one update, measured in a forked child
-before any timing. Critic quality after the update: the value loss on the rollout it was fitted to, and the explained
-variance of the value on a second, held-out rollout of the same policy.
+each timed ``train()`` from those same parameters and a fresh critic optimizer. Contenders, all with the
+configuration's hyperparameters:
+
+- sb3-contrib's TRPO, the reference;
+- our TRPO and NPG with the same option values;
+- on Box actions of d > 1 dimensions, our TRPO and NPG with sb3-contrib's KL scale (``cg_damping`` and ``target_kl``
+  times d, :func:`contrib_kl_scale`): sb3-contrib averages the KL over dimensions, so with the same values it solves
+  a better-conditioned system with fewer CG iterations; these rows do the same CG work and take the same step;
+- our TRPO and NPG with the recommended ``FAST_SETTINGS`` added.
+
+They are timed in alternation (A B C ... A B C ...) after ``WARMUP`` untimed rounds, with one torch thread; the table
+reports the median milliseconds per update and the median of the per-repetition ratios ours / sb3-contrib. Peak
+memory is the growth of the resident set size during one update, measured in a forked child before any timing.
+Work and critic quality of one update: its Fisher-vector products, the value loss on the rollout the critic was
+fitted to, and the explained variance of the value on a second, held-out rollout of the same policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import inspect
 import json
 import multiprocessing
 import platform
@@ -30,6 +39,7 @@ from typing import Any
 import numpy as np
 import sb3_contrib
 import torch
+from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
@@ -56,11 +66,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "hyperparams": {**MUJOCO, "n_steps": 8192},
     },
 }
+#: Marks the contenders given sb3-contrib's KL scale (see :func:`contrib_kl_scale`).
+CONTRIB_KL = "contrib_kl"
 #: (name, class, extra settings) of every contender; the first is the reference of the ratios.
 CONTENDERS: list[tuple[str, type[OnPolicyAlgorithm], dict[str, Any]]] = [
     ("sb3_contrib.TRPO", sb3_contrib.TRPO, {}),
     ("sb3_npg.TRPO", TRPO, {}),
     ("sb3_npg.NPG", NPG, {}),
+    ("sb3_npg.TRPO, KL as sb3-contrib", TRPO, {CONTRIB_KL: True}),
+    ("sb3_npg.NPG, KL as sb3-contrib", NPG, {CONTRIB_KL: True}),
     ("sb3_npg.TRPO+fast", TRPO, dict(FAST_SETTINGS)),
     ("sb3_npg.NPG+fast", NPG, dict(FAST_SETTINGS)),
 ]
@@ -70,10 +84,29 @@ WARM_UP_UPDATES = 5
 KIB_PER_PAGE = resource.getpagesize() // 1024
 
 
+def contrib_kl_scale(hyperparams: dict[str, Any], action_dims: int) -> dict[str, Any]:
+    """
+    Our options that pose sb3-contrib's problem on a Box of ``action_dims`` dimensions.
+
+    sb3-contrib's KL is our (summed) KL divided by the number of action dimensions ``d``: its Fisher is ``F / d``,
+    so with the same ``cg_damping`` it solves a better-conditioned system (fewer CG iterations) and its ``target_kl``
+    is ``d`` times looser. Multiplying ``cg_damping`` and ``target_kl`` by ``d`` gives our update the same CG
+    iterations and the same step (up to the KL direction of the line search), i.e. the same work.
+    """
+    defaults = inspect.signature(TRPO.__init__).parameters
+    scaled = dict(hyperparams)
+    for name in ("cg_damping", "target_kl"):
+        scaled[name] = action_dims * hyperparams.get(name, defaults[name].default)
+    return scaled
+
+
 def _build(algo: type[OnPolicyAlgorithm], config: dict[str, Any], seed: int, **extra: Any) -> OnPolicyAlgorithm:
     env = make_vec_env(config["env_id"], n_envs=config["n_envs"], seed=seed)
     if config["normalize"]:
         env = VecNormalize(env)
+    if extra.pop(CONTRIB_KL, False):
+        action_dims = int(np.prod(env.action_space.shape)) if isinstance(env.action_space, spaces.Box) else 1
+        config = {**config, "hyperparams": contrib_kl_scale(config["hyperparams"], action_dims)}
     model = algo("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **extra})
     model.set_logger(configure(None, []))
     return model
@@ -149,9 +182,10 @@ class _Contender:
         return time.perf_counter() - start
 
     def critic_quality(self, fitted: RolloutBuffer, held_out: RolloutBuffer) -> dict[str, float]:
-        """After one update: value loss on the fitted rollout, explained variance on the held-out one."""
+        """After one update: its Fisher-vector products, the value loss on the fitted rollout, the explained variance
+        on the held-out one."""
         self.reset()
-        self.model.train()
+        products = self._count_fisher_products()
         with torch.no_grad():
             fitted_data = next(fitted.get(batch_size=None))
             loss = torch.mean(
@@ -160,7 +194,23 @@ class _Contender:
             held = next(held_out.get(batch_size=None))
             values = self.model.policy.predict_values(held.observations).flatten()
         residual_variance = torch.var(held.returns - values) / torch.var(held.returns)
-        return {"value_loss": float(loss), "held_out_explained_variance": float(1.0 - residual_variance)}
+        return {
+            "fisher_products": products,
+            "value_loss": float(loss),
+            "held_out_explained_variance": float(1.0 - residual_variance),
+        }
+
+    def _count_fisher_products(self) -> int:
+        """Run one update and count its Fisher-vector products (CG's, and the one of the step size)."""
+        if isinstance(self.model, sb3_contrib.TRPO):
+            calls = []
+            product = self.model.hessian_vector_product
+            self.model.hessian_vector_product = lambda *args, **kwargs: calls.append(1) or product(*args, **kwargs)  # type: ignore[method-assign]
+            self.model.train()
+            del self.model.hessian_vector_product
+            return len(calls)  # including the product of CG's random start that sb3-contrib's solver computes
+        self.model.train()
+        return int(self.model.logger.name_to_value["train/cg_iterations"]) + 1
 
 
 def _shared_rollouts(config: dict[str, Any], seed: int) -> tuple[OnPolicyAlgorithm, RolloutBuffer, RolloutBuffer]:
@@ -190,7 +240,10 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
     contrib, fitted, held_out = _shared_rollouts(config, seed)
     policy_state = {key: value.clone() for key, value in contrib.policy.state_dict().items()}
     contenders = []
+    is_multi_dimensional_box = isinstance(contrib.action_space, spaces.Box) and int(np.prod(contrib.action_space.shape)) > 1
     for label, algo, extra in CONTENDERS:
+        if extra.get(CONTRIB_KL) and not is_multi_dimensional_box:
+            continue  # one action dimension: both KLs agree, the row would repeat the plain one
         model = contrib if algo is sb3_contrib.TRPO else _build(algo, config, seed, **extra)
         model.rollout_buffer = fitted
         contenders.append(_Contender(label, model, policy_state))
@@ -219,15 +272,15 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     """One row per configuration and model."""
     lines = [
         "| configuration | samples | model | ms / update (median) | ratio to sb3-contrib (median) | peak memory (MiB) "
-        "| value loss after | held-out explained variance |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Fisher products | value loss after | held-out explained variance |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for model, row in result["models"].items():
             lines.append(
                 f"| {result['config']} | {result['samples']} | {model} | {row['median_ms']:.1f} | "
-                f"{row['median_ratio']:.2f} | {row['peak_memory_mib']:.1f} | {row['value_loss']:.4g} | "
-                f"{row['held_out_explained_variance']:.3f} |"
+                f"{row['median_ratio']:.2f} | {row['peak_memory_mib']:.1f} | {row['fisher_products']} | "
+                f"{row['value_loss']:.4g} | {row['held_out_explained_variance']:.3f} |"
             )
     return "\n".join(lines)
 

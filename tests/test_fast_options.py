@@ -59,8 +59,9 @@ def test_lbfgs_critic_fits_at_least_as_well_as_minibatch():
     losses = {}
     for critic_fit in ("minibatch", "lbfgs"):
         model = filled(TRPO, critic_fit=critic_fit, n_critic_updates=20)
-        observations, returns = model._critic_targets()
-        model._fit_critic()
+        rollout = model._rollout_tensors()
+        observations, returns = rollout.observations, rollout.returns
+        model._fit_critic(observations, returns)
         with torch.no_grad():
             losses[critic_fit] = float(torch.mean((model.policy.predict_values(observations).flatten() - returns) ** 2))
     assert losses["lbfgs"] <= losses["minibatch"]
@@ -70,7 +71,8 @@ def test_lbfgs_critic_moves_only_the_critic_and_logs_its_fit():
     model = filled(NPG, critic_fit="lbfgs", n_critic_updates=5)
     actor = get_flat_params(model._actor_params)
     critic = get_flat_params(model._critic_params)
-    model._fit_critic()
+    rollout = model._rollout_tensors()
+    model._fit_critic(rollout.observations, rollout.returns)
     assert torch.equal(get_flat_params(model._actor_params), actor)
     assert not torch.equal(get_flat_params(model._critic_params), critic)
     model.train()

@@ -127,6 +127,15 @@ class StepProposal:
         set_flat_params_(self.params, self.start + fraction * self.full_step)
 
 
+class _RolloutTensors(NamedTuple):
+    """The parts of the rollout an update uses, as tensors."""
+
+    observations: torch.Tensor | dict[str, torch.Tensor]
+    actions: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
 class _PolicyBatch(NamedTuple):
     """The tensors one natural step needs."""
 
@@ -146,6 +155,15 @@ def _select(
     if isinstance(observations, dict):
         return {key: value[index] for key, value in observations.items()}
     return observations[index]
+
+
+def _float64_to_float32(
+    observations: torch.Tensor | dict[str, torch.Tensor],
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """Float64 observations as float32 (SB3's preprocessing of a Box does ``.float()``); others unchanged."""
+    if isinstance(observations, dict):
+        return {key: _float64_to_float32(value) for key, value in observations.items()}  # type: ignore[misc]
+    return observations.float() if observations.dtype == torch.float64 else observations
 
 
 def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
@@ -353,16 +371,26 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         """One update: a natural step per policy batch, then the critic fit, then one log record."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
+        rollout = self._rollout_tensors()
         policy_stats = WeightedMeans()
-        for batch in self._policy_batches():
+        for batch in self._policy_batches(rollout):
             self._natural_step(batch, policy_stats)
             self._n_updates += 1
-        critic_stats = self._fit_critic()
+        critic_stats = self._fit_critic(rollout.observations, rollout.returns)
         self._record_logs(policy_stats.means(), critic_stats.means())
 
-    def _policy_batches(self) -> Iterator[_PolicyBatch]:
-        """The rollout (sub-sampled, advantages normalized over it) in shuffled batches of ``policy_batch_size``."""
+    def _rollout_tensors(self) -> _RolloutTensors:
+        """
+        The whole rollout as tensors (in the buffer's shuffled order), converted once per update.
+
+        Float64 observations (MuJoCo's) become float32 here, which is what the policy's preprocessing would do on
+        every forward pass, so every minibatch and forward pass after this copies half the bytes and converts nothing.
+        """
         rollout = next(self.rollout_buffer.get(batch_size=None))
+        return _RolloutTensors(_float64_to_float32(rollout.observations), rollout.actions, rollout.advantages, rollout.returns)
+
+    def _policy_batches(self, rollout: _RolloutTensors) -> Iterator[_PolicyBatch]:
+        """The rollout (sub-sampled, advantages normalized over it) in batches of ``policy_batch_size``."""
         index = slice(None, None, self.sub_sampling_factor)
         observations = _select(rollout.observations, index)
         actions = rollout.actions[index]
@@ -505,11 +533,10 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         :return: what was done
         """
 
-    def _fit_critic(self) -> WeightedMeans:
+    def _fit_critic(self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor) -> WeightedMeans:
         """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""
         if self.n_critic_updates == 0:
             return WeightedMeans()
-        observations, returns = self._critic_targets()
         if self.critic_fit == "lbfgs":
             return self._fit_critic_lbfgs(observations, returns)
         return self._fit_critic_minibatch(observations, returns)
@@ -531,12 +558,15 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         loss_sum = torch.zeros((), device=self.device)
         grad_norm_sum = 0.0
         for _ in range(self.n_critic_updates):
-            # One permutation per epoch from numpy's generator, which SB3 seeds, as RolloutBuffer.get() does.
+            # One permutation per epoch from numpy's generator, which SB3 seeds, as RolloutBuffer.get() does; the data
+            # is gathered once in that order, so each minibatch is a contiguous slice (a view, no copy).
             order = torch.as_tensor(np.random.permutation(size), device=self.device)
+            shuffled_observations, shuffled_returns = _select(observations, order), returns[order]
             for start in range(0, size, self.batch_size):
-                index = order[start : start + self.batch_size]
-                loss_sum += self._critic_gradient(_select(observations, index), returns[index]) * len(index)
-                grad_norm_sum += clip_grad_norm_(self._critic_params, self.max_grad_norm) * len(index)
+                part = slice(start, start + self.batch_size)
+                n_part = len(shuffled_returns[part])
+                loss_sum += self._critic_gradient(_select(shuffled_observations, part), shuffled_returns[part]) * n_part
+                grad_norm_sum += clip_grad_norm_(self._critic_params, self.max_grad_norm) * n_part
                 self.policy.optimizer.step()
         n_samples = size * self.n_critic_updates
         stats = WeightedMeans()
@@ -564,11 +594,6 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         # The norm only: ``max_norm=None`` leaves the gradients as they are.
         stats.add(len(returns), value_loss=last["loss"].item(), value_grad_norm=clip_grad_norm_(self._critic_params, None))
         return stats
-
-    def _critic_targets(self) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:
-        """The whole rollout's observations and returns as tensors, converted once per update."""
-        rollout = next(self.rollout_buffer.get(batch_size=None))
-        return rollout.observations, rollout.returns
 
     def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
         """One record per update: every key of GUIDE.md section 5."""

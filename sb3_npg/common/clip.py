@@ -41,10 +41,9 @@ def clip_grad_norm_(parameters_or_tensors: torch.Tensor | Iterable[torch.Tensor]
     gradients = _gradients(parameters_or_tensors)
     if not gradients:
         return 0.0
-    # One norm over the concatenation: for the few small tensors of a critic, fewer kernel calls than per-tensor norms.
-    total_norm = float(torch.linalg.vector_norm(torch.cat([grad.detach().reshape(-1) for grad in gradients]), 2.0))
+    detached = [grad.detach() for grad in gradients]
+    # The per-tensor norms in one multi-tensor kernel, then the norm of those: no copy of the gradients.
+    total_norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(detached, 2.0)), 2.0))
     if max_norm is not None and max_norm > 0 and math.isfinite(total_norm) and total_norm > max_norm:
-        scale = max_norm / (total_norm + CLIP_EPS)
-        for grad in gradients:
-            grad.detach().mul_(scale)
+        torch._foreach_mul_(detached, max_norm / (total_norm + CLIP_EPS))
     return total_norm
