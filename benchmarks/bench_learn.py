@@ -156,7 +156,8 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
             if contender != REFERENCE:
                 fast = wall_ratio <= MAX_WALL_TIME_RATIO
                 good = summary["mean"] >= reference["mean"] - RETURN_TOLERANCE_STDS * reference["std"]
-                verdict = "yes" if fast and good else f"no ({'time' if not fast else ''}{' return' if not good else ''})"
+                misses = [name for name, met in (("time", fast), ("return", good)) if not met]
+                verdict = f"no ({', '.join(misses)})" if misses else "yes"
             per_seed = " / ".join(f"{r['final_return_mean']:.1f}" for r in rows)
             lines.append(
                 f"| {env_id} | {contender} | {per_seed} | {summary['mean']:.1f} +- {summary['std']:.1f} | "

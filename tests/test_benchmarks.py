@@ -2,12 +2,17 @@
 
 import json
 
+import gymnasium as gym
+import numpy as np
 import pytest
+import sb3_contrib
 import torch
+from gymnasium import spaces
 
 from benchmarks import bench_fisher, bench_learn
-from benchmarks.bench_update import CONFIGS, _build, _fill
+from benchmarks.bench_update import CONFIGS, _build, _fill, contrib_kl_scale
 from sb3_npg import TRPO
+from sb3_npg.common.natural_gradient import get_flat_params
 
 
 def test_bench_fisher_contenders_compute_the_same_product():
@@ -38,3 +43,42 @@ def test_bench_learn_table_and_resume(tmp_path, monkeypatch):
     assert len(bench_learn.run_all([0, 1], ["CartPole-v1"], contenders, out)) == 4
     assert not calls
     assert "meta" in json.loads(out.read_text().splitlines()[0])
+
+
+class _ReachEnv(gym.Env):
+    """A 3-dimensional Box action: reward for matching the first three observations."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    EPISODE_LENGTH = 50
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        self.observation = self.observation_space.sample()
+        return self.observation, {}
+
+    def step(self, action):
+        reward = -float(np.sum((action - self.observation[:3]) ** 2))
+        self.steps += 1
+        self.observation = self.observation_space.sample()
+        return self.observation, reward, False, self.steps >= self.EPISODE_LENGTH, {}
+
+
+def test_contrib_kl_scale_reproduces_sb3_contrib_step_on_a_multi_dimensional_box():
+    """The README's translation: multiply target_kl and cg_damping by d, and our step equals sb3-contrib's."""
+    assert contrib_kl_scale({"cg_damping": 0.2}, 2) == {"cg_damping": 0.4, "target_kl": 0.02}
+    hyperparams = {"n_steps": 256, "n_critic_updates": 0, "cg_max_steps": 50, "policy_kwargs": {"net_arch": [16]}}
+    config = {"env_id": _ReachEnv, "n_envs": 1, "normalize": False, "hyperparams": hyperparams}
+    contrib = _build(sb3_contrib.TRPO, config, seed=0)
+    _fill(contrib)
+    ours = _build(TRPO, {**config, "hyperparams": contrib_kl_scale(hyperparams, action_dims=3)}, seed=0)
+    ours.rollout_buffer = contrib.rollout_buffer
+    ours.policy.load_state_dict(contrib.policy.state_dict())
+    start = get_flat_params(ours._actor_params)
+    contrib.train()
+    ours.train()
+    contrib_actor = [param for name, param in contrib.policy.named_parameters() if "value" not in name]
+    ours_step, contrib_step = get_flat_params(ours._actor_params) - start, get_flat_params(contrib_actor) - start
+    assert ours.logger.name_to_value["train/step_fraction"] == 1.0
+    assert torch.linalg.vector_norm(ours_step - contrib_step) < 1e-3 * torch.linalg.vector_norm(contrib_step)
