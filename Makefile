@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow lint format type bench bench-update bench-fisher bench-learn clean
+.PHONY: demo test test-slow lint format type bench bench-update bench-fisher bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ bench-fisher: $(VENV)/.installed-benchmarks
 # End to end against sb3-contrib's TRPO: wall time and final return over 5 seeds (resumes an interrupted run).
 bench-learn: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.bench_learn --seeds 0,1,2,3,4 --out benchmarks/results/bench_learn.jsonl
+
+# The RL Zoo hyperparameter files, verified with the Zoo's own evaluation over 3 seeds (resumes an interrupted run).
+bench-zoo: $(VENV)/.installed-all
+	$(BIN)/python -m benchmarks.zoo_verify --workers 2 --out benchmarks/results/zoo_verify.jsonl
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,130 @@
+"""Verify the shipped RL Zoo hyperparameters: train with ``sb3-npg-zoo train`` and read the Zoo's own evaluation.
+
+    .venv/bin/python -m benchmarks.zoo_verify --algos npg,npg_trpo --envs CartPole-v1,Acrobot-v1 --seeds 0,1,2 \\
+        --workers 2 --out benchmarks/results/zoo_verify.jsonl
+    .venv/bin/python -m benchmarks.zoo_verify --table benchmarks/results/zoo_verify.jsonl
+
+Each run is a separate process running ``python -m sb3_npg.zoo train --algo A --env E --seed S`` with our shipped
+hyperparameters (budget: the file's ``n_timesteps``) and the Zoo's evaluation callback
+(``--eval-freq budget/EVALUATIONS --eval-episodes 10``, deterministic). The result of a run is the mean return of its
+last evaluation; runs already in ``--out`` are skipped. The published reference is the RL Zoo's sb3-contrib TRPO
+result at the same budget (GUIDE.md section 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from sb3_npg.zoo import hyperparams_path
+
+#: The RL Zoo's published sb3-contrib TRPO results (mean return) at the budget of its hyperparameter file.
+PUBLISHED_TRPO = {
+    "CartPole-v1": 500.0,
+    "Acrobot-v1": -83.1,
+    "Pendulum-v1": -175.0,
+    "MountainCar-v0": -107.0,
+    "MountainCarContinuous-v0": 92.5,
+    "LunarLander-v3": 133.0,
+    "LunarLanderContinuous-v3": 262.0,
+}
+EVALUATIONS = 4
+EVAL_EPISODES = 10
+
+
+def budget(algo: str, env_id: str) -> int:
+    """The ``n_timesteps`` of the environment's entry in our shipped file."""
+    entries = yaml.safe_load(hyperparams_path(algo).read_text(encoding="utf-8"))
+    return int(float(entries.get(env_id, entries["default"])["n_timesteps"]))
+
+
+def run(algo: str, env_id: str, seed: int) -> dict[str, Any]:
+    """Train one seed in a fresh process and return the Zoo's last evaluation."""
+    steps = budget(algo, env_id)
+    with tempfile.TemporaryDirectory() as folder:
+        command = [sys.executable, "-m", "sb3_npg.zoo", "train", "--algo", algo, "--env", env_id, "--seed", str(seed)]
+        command += ["-f", folder, "--eval-freq", str(steps // EVALUATIONS), "--eval-episodes", str(EVAL_EPISODES)]
+        command += ["--num-threads", "1", "--log-interval", "-2"]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        evaluations = np.load(next(Path(folder).glob(f"{algo}/{env_id}_*/evaluations.npz")))
+    returns = evaluations["results"][-1]
+    return {
+        "algo": algo,
+        "env_id": env_id,
+        "seed": seed,
+        "budget": steps,
+        "evaluated_at": int(evaluations["timesteps"][-1]),
+        "final_return_mean": float(np.mean(returns)),
+        "final_return_std": float(np.std(returns)),
+    }
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """Per algorithm and environment: the last evaluation of each seed, their mean, and the published reference."""
+    lines = [
+        "| algorithm | environment | budget | last evaluation per seed | mean | RL Zoo TRPO (published) | reached |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in sorted(results, key=lambda r: r["seed"]):
+        groups.setdefault((row["algo"], row["env_id"]), []).append(row)
+    for (algo, env_id), rows in sorted(groups.items()):
+        mean = statistics.mean(r["final_return_mean"] for r in rows)
+        published = PUBLISHED_TRPO.get(env_id)
+        reached = "-" if published is None else ("yes" if mean >= published else "no")
+        per_seed = " / ".join(f"{r['final_return_mean']:.1f}" for r in rows)
+        reference = "-" if published is None else f"{published:g}"
+        lines.append(f"| {algo} | {env_id} | {rows[0]['budget']:,} | {per_seed} | {mean:.1f} | {reference} | {reached} |")
+    return "\n".join(lines)
+
+
+def _load(path: Path | None) -> list[dict[str, Any]]:
+    if path is None or not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", default="npg,npg_trpo")
+    parser.add_argument("--envs", default="CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0,LunarLander-v3")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one process each)")
+    parser.add_argument("--out", type=Path, help="JSON lines, appended run by run (and read back to resume)")
+    parser.add_argument("--table", type=Path, help="only print the table of an existing results file")
+    args = parser.parse_args()
+    if args.table is not None:
+        print(markdown_table(_load(args.table)))
+        return
+    results = _load(args.out)
+    done = {(r["algo"], r["env_id"], r["seed"]) for r in results}
+    jobs = [
+        (algo, env_id, int(seed))
+        for seed in args.seeds.split(",")
+        for env_id in args.envs.split(",")
+        for algo in args.algos.split(",")
+        if (algo, env_id, int(seed)) not in done
+    ]
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for result in pool.map(lambda job: run(*job), jobs):
+            results.append(result)
+            print(json.dumps(result), flush=True)
+            if args.out is not None:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                with args.out.open("a", encoding="utf-8") as stream:
+                    stream.write(json.dumps(result) + "\n")
+    print(markdown_table(results))
+
+
+if __name__ == "__main__":
+    main()

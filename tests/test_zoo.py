@@ -1,0 +1,101 @@
+"""RL Zoo integration: registration, the command-line wrapper (train, enjoy, optimize) and the Optuna samplers."""
+
+import gymnasium as gym
+import optuna
+import pytest
+import sb3_contrib
+from rl_zoo3 import hyperparams_opt, utils
+
+from sb3_npg import NPG, TRPO
+from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path, register
+from sb3_npg.zoo.cli import main, with_default_config
+from sb3_npg.zoo.samplers import SAMPLERS
+
+ZOO_NAMES = list(ZOO_ALGOS)
+#: Few steps and a tiny network, through the Zoo's own override flag.
+TINY_PARAMS = ["-params", "n_steps:64", "policy_kwargs:dict(net_arch=[16])"]
+
+
+def test_register_is_idempotent_and_leaves_sb3_contrib_trpo_alone():
+    register()
+    snapshot = (dict(utils.ALGOS), dict(hyperparams_opt.HYPERPARAMS_SAMPLER), dict(hyperparams_opt.HYPERPARAMS_CONVERTER))
+    register()
+    assert (
+        dict(utils.ALGOS),
+        dict(hyperparams_opt.HYPERPARAMS_SAMPLER),
+        dict(hyperparams_opt.HYPERPARAMS_CONVERTER),
+    ) == snapshot
+    assert utils.ALGOS["npg"] is NPG and utils.ALGOS["npg_trpo"] is TRPO
+    assert utils.ALGOS["trpo"] is sb3_contrib.TRPO
+    assert hyperparams_opt.HYPERPARAMS_SAMPLER["trpo"] is hyperparams_opt.sample_trpo_params
+    for name in ZOO_NAMES:
+        assert hyperparams_opt.HYPERPARAMS_SAMPLER[name] is SAMPLERS[name]
+
+
+def test_default_config_is_ours_for_our_names_only():
+    for name in ZOO_NAMES:
+        assert with_default_config(["--algo", name, "--env", "X"])[-2:] == ["--conf-file", str(hyperparams_path(name))]
+        assert with_default_config([f"--algo={name}"])[-1] == str(hyperparams_path(name))
+        assert hyperparams_path(name).is_file()
+        mine = ["--algo", name, "-conf", "mine.yml"]
+        assert with_default_config(mine) == mine
+    for other in (["--algo", "trpo"], ["--algo", "ppo"], []):
+        assert with_default_config(other) == other
+    with pytest.raises(ValueError, match="not an sb3-npg algorithm"):
+        hyperparams_path("trpo")
+
+
+def test_unknown_script_exits_with_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fly"])
+    assert exit_info.value.code == 2
+    assert "usage: sb3-npg-zoo" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("algo", ZOO_NAMES)
+def test_train_then_enjoy(algo, env_id, tmp_path):
+    logs = tmp_path / "logs"
+    main(["train", "--algo", algo, "--env", env_id, "-n", "256", "-f", str(logs), "--seed", "0", *TINY_PARAMS])
+    run = logs / algo / f"{env_id}_1"
+    saved = ZOO_ALGOS[algo].load(run / f"{env_id}.zip")
+    assert isinstance(saved, ZOO_ALGOS[algo]) and saved.num_timesteps >= 256
+    assert saved.n_steps == 64  # the Zoo's -params override reached our constructor
+    config = (run / env_id / "config.yml").read_text()
+    assert "n_critic_updates" in config  # hyperparameters came from our shipped file
+    main(["enjoy", "--algo", algo, "--env", env_id, "-f", str(logs), "--no-render", "-n", "50"])
+
+
+@pytest.mark.parametrize("algo", ZOO_NAMES)
+def test_optimize_two_trials_with_a_storage(algo, tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    args = ["train", "--algo", algo, "--env", "CartPole-v1", "-n", "256", "-f", str(tmp_path / "logs"), "--seed", "0"]
+    options = ["-optimize", "--n-trials", "2", "--n-jobs", "1", "--n-evaluations", "1", "--eval-episodes", "1"]
+    main([*args, *options, "--sampler", "random", "--storage", storage, "--study-name", "tiny"])
+    study = optuna.load_study(study_name="tiny", storage=storage)
+    assert len(study.trials) == 2
+    assert {trial.state for trial in study.trials} <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
+
+
+@pytest.mark.parametrize(("env_id", "n_actions"), [("CartPole-v1", 0), ("Pendulum-v1", 1), ("MountainCarContinuous-v0", 1)])
+@pytest.mark.parametrize("algo", ZOO_NAMES)
+def test_samplers_give_valid_constructor_arguments(algo, env_id, n_actions):
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    env = gym.make(env_id)
+    for _ in range(50):
+        trial = study.ask()
+        hyperparams = SAMPLERS[algo](trial, n_actions, 1, {})
+        # The converter the Zoo uses for a stored trial gives back the same arguments.
+        assert hyperparams_opt.HYPERPARAMS_CONVERTER[algo](trial.params) == hyperparams
+        with pytest.warns(UserWarning) if hyperparams["batch_size"] > hyperparams["n_steps"] else _no_warning():
+            model = ZOO_ALGOS[algo]("MlpPolicy", env, device="cpu", **hyperparams)
+        assert model.target_kl == hyperparams["target_kl"]
+        study.tell(trial, 0.0)
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
