@@ -1,5 +1,9 @@
 """RL Zoo integration: registration, the command-line wrapper (train, enjoy, optimize) and the Optuna samplers."""
 
+import importlib.metadata
+import subprocess
+import sys
+
 import gymnasium as gym
 import optuna
 import pytest
@@ -14,6 +18,12 @@ from sb3_npg.zoo.samplers import SAMPLERS
 ZOO_NAMES = list(ZOO_ALGOS)
 #: Few steps and a tiny network, through the Zoo's own override flag.
 TINY_PARAMS = ["-params", "n_steps:64", "policy_kwargs:dict(net_arch=[16])"]
+
+
+@pytest.fixture(autouse=True)
+def registered():
+    """Every test sees our algorithms in the Zoo, whatever ran before it in this worker."""
+    register()
 
 
 def test_register_is_idempotent_and_leaves_sb3_contrib_trpo_alone():
@@ -99,3 +109,10 @@ class _no_warning:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_module_and_console_script_entry_points():
+    completed = subprocess.run([sys.executable, "-m", "sb3_npg.zoo"], capture_output=True, text=True, check=False)
+    assert completed.returncode == 2 and "usage: sb3-npg-zoo" in completed.stderr
+    scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
+    assert scripts["sb3-npg-zoo"] == "sb3_npg.zoo.cli:main"
