@@ -42,19 +42,20 @@ EVALUATIONS = 4
 EVAL_EPISODES = 10
 
 
-def budget(algo: str, env_id: str) -> int:
-    """The ``n_timesteps`` of the environment's entry in our shipped file."""
-    entries = yaml.safe_load(hyperparams_path(algo).read_text(encoding="utf-8"))
+def budget(algo: str, env_id: str, conf: Path | None = None) -> int:
+    """The ``n_timesteps`` of the environment's entry in ``conf`` (default: our shipped file)."""
+    entries = yaml.safe_load((conf or hyperparams_path(algo)).read_text(encoding="utf-8"))
     return int(float(entries.get(env_id, entries["default"])["n_timesteps"]))
 
 
-def run(algo: str, env_id: str, seed: int) -> dict[str, Any]:
-    """Train one seed in a fresh process and return the Zoo's last evaluation."""
-    steps = budget(algo, env_id)
+def run(algo: str, env_id: str, seed: int, conf: Path | None = None) -> dict[str, Any]:
+    """Train one seed in a fresh process (with the hyperparameters of ``conf``, default ours) and return the Zoo's
+    last evaluation."""
+    steps = budget(algo, env_id, conf)
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, "-m", "sb3_npg.zoo", "train", "--algo", algo, "--env", env_id, "--seed", str(seed)]
         command += ["-f", folder, "--eval-freq", str(steps // EVALUATIONS), "--eval-episodes", str(EVAL_EPISODES)]
-        command += ["--num-threads", "1", "--log-interval", "-2"]
+        command += ["--num-threads", "1", "--log-interval", "-2", *(["-conf", str(conf)] if conf else [])]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         evaluations = np.load(next(Path(folder).glob(f"{algo}/{env_id}_*/evaluations.npz")))
     returns = evaluations["results"][-1]
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--envs", default="CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0,LunarLander-v3")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one process each)")
+    parser.add_argument("--conf", type=Path, help="a hyperparameter file to try instead of the shipped one")
     parser.add_argument("--out", type=Path, help="JSON lines, appended run by run (and read back to resume)")
     parser.add_argument("--table", type=Path, help="only print the table of an existing results file")
     args = parser.parse_args()
@@ -116,7 +118,7 @@ def main() -> None:
         if (algo, env_id, int(seed)) not in done
     ]
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for result in pool.map(lambda job: run(*job), jobs):
+        for result in pool.map(lambda job: run(job[0], job[1], job[2], args.conf), jobs):
             results.append(result)
             print(json.dumps(result), flush=True)
             if args.out is not None:
