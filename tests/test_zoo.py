@@ -116,3 +116,10 @@ def test_module_and_console_script_entry_points():
     assert completed.returncode == 2 and "usage: sb3-npg-zoo" in completed.stderr
     scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
     assert scripts["sb3-npg-zoo"] == "sb3_npg.zoo.cli:main"
+
+
+def test_record_video_of_a_trained_model(tmp_path):
+    logs, videos = tmp_path / "logs", tmp_path / "videos"
+    main(["train", "--algo", "npg", "--env", "CartPole-v1", "-n", "128", "-f", str(logs), "--seed", "0", *TINY_PARAMS])
+    main(["record_video", "--algo", "npg", "--env", "CartPole-v1", "-f", str(logs), "-n", "20", "-o", str(videos)])
+    assert [path.suffix for path in videos.iterdir()] == [".mp4"]
