@@ -45,7 +45,7 @@ EVAL_EPISODES = 10
 def budget(algo: str, env_id: str, conf: Path | None = None) -> int:
     """The ``n_timesteps`` of the environment's entry in ``conf`` (default: our shipped file)."""
     entries = yaml.safe_load((conf or hyperparams_path(algo)).read_text(encoding="utf-8"))
-    return int(float(entries.get(env_id, entries["default"])["n_timesteps"]))
+    return int(float((entries[env_id] if env_id in entries else entries["default"])["n_timesteps"]))
 
 
 def run(algo: str, env_id: str, seed: int, conf: Path | None = None) -> dict[str, Any]:

@@ -82,3 +82,13 @@ def test_contrib_kl_scale_reproduces_sb3_contrib_step_on_a_multi_dimensional_box
     ours_step, contrib_step = get_flat_params(ours._actor_params) - start, get_flat_params(contrib_actor) - start
     assert ours.logger.name_to_value["train/step_fraction"] == 1.0
     assert torch.linalg.vector_norm(ours_step - contrib_step) < 1e-3 * torch.linalg.vector_norm(contrib_step)
+
+
+def test_zoo_verify_reads_budgets_from_the_shipped_file_and_from_a_one_entry_candidate(tmp_path):
+    from benchmarks.zoo_verify import budget
+
+    assert budget("npg", "LunarLander-v3") == 200_000
+    assert budget("npg_trpo", "NoSuchEnv-v0") == 1_000_000  # the file's default entry
+    candidate = tmp_path / "candidate.yml"
+    candidate.write_text("Acrobot-v1:\n  n_timesteps: 5000\n", encoding="utf-8")
+    assert budget("npg", "Acrobot-v1", candidate) == 5000
