@@ -17,18 +17,17 @@ A B C A B C after a warm-up, with one torch thread; the table reports medians an
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from benchmarks.bench_update import CONFIGS, WARMUP, _build, _fill, write_results
+from benchmarks.common import configs_parser
 from sb3_npg import TRPO
 from sb3_npg.common.base import _select, mean_kl
 from sb3_npg.common.fisher import analytic_fisher_product, distribution_statistics, fisher_weights
@@ -142,11 +141,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names of CONFIGS")
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = configs_parser(__doc__, CONFIGS).parse_args()
     torch.set_num_threads(1)
     rows: list[dict[str, Any]] = []
     for name in args.configs.split(","):

@@ -31,6 +31,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from benchmarks.bench_update import machine_description
+from benchmarks.common import read_jsonl
 from benchmarks.learning import LEARNING_CONFIGS, N_EVAL_EPISODES
 from sb3_npg import FAST_SETTINGS, NPG, TRPO
 
@@ -93,16 +94,9 @@ def run(contender: str, env_id: str, seed: int) -> dict[str, Any]:
     }
 
 
-def _load(path: Path | None) -> list[dict[str, Any]]:
-    if path is None or not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip() and not line.startswith('{"meta"')]
-
-
 def run_all(seeds: list[int], envs: list[str], contenders: list[str], out: Path | None) -> list[dict[str, Any]]:
     """Every (seed, environment, contender) run, interleaved; runs already in ``out`` are kept, not repeated."""
-    results = _load(out)
+    results = read_jsonl(out)
     done = {(r["contender"], r["env_id"], r["seed"]) for r in results}
     if out is not None and not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +170,7 @@ def main() -> None:
     parser.add_argument("--table", type=Path, help="only print the table of an existing results file")
     args = parser.parse_args()
     if args.table is not None:
-        print(markdown_table(_load(args.table)))
+        print(markdown_table(read_jsonl(args.table)))
         return
     torch.set_num_threads(1)
     seeds = [int(seed) for seed in args.seeds.split(",")]

@@ -24,7 +24,6 @@ fitted to, and the explained variance of the value on a second, held-out rollout
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import inspect
 import json
@@ -46,6 +45,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
+from benchmarks.common import configs_parser
 from sb3_npg import FAST_SETTINGS, NPG, TRPO
 
 MUJOCO = {"n_steps": 1024, "batch_size": 128, "cg_max_steps": 25, "n_critic_updates": 20}
@@ -286,11 +286,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names of CONFIGS")
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = configs_parser(__doc__, CONFIGS).parse_args()
     torch.set_num_threads(1)
     results = []
     for name in args.configs.split(","):

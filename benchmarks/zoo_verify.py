@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from benchmarks.common import read_jsonl
 from sb3_npg.zoo import hyperparams_path
 
 #: The RL Zoo's published sb3-contrib TRPO results (mean return) at the budget of its hyperparameter file.
@@ -89,12 +90,6 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _load(path: Path | None) -> list[dict[str, Any]]:
-    if path is None or not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", default="npg,npg_trpo")
@@ -106,9 +101,9 @@ def main() -> None:
     parser.add_argument("--table", type=Path, help="only print the table of an existing results file")
     args = parser.parse_args()
     if args.table is not None:
-        print(markdown_table(_load(args.table)))
+        print(markdown_table(read_jsonl(args.table)))
         return
-    results = _load(args.out)
+    results = read_jsonl(args.out)
     done = {(r["algo"], r["env_id"], r["seed"]) for r in results}
     jobs = [
         (algo, env_id, int(seed))
