@@ -5,7 +5,8 @@
     .venv/bin/python -m benchmarks.zoo_verify --table benchmarks/results/zoo_verify.jsonl
 
 Each run is a separate process running ``python -m sb3_npg.zoo train --algo A --env E --seed S`` with our shipped
-hyperparameters (budget: the file's ``n_timesteps``) and the Zoo's evaluation callback
+hyperparameters (budget: the file's ``n_timesteps``; ``--algos trpo`` runs sb3-contrib's TRPO with the RL Zoo's own
+file, the reference in the same harness) and the Zoo's evaluation callback
 (``--eval-freq budget/EVALUATIONS --eval-episodes 10``, deterministic). The result of a run is the mean return of its
 last evaluation; runs already in ``--out`` are skipped. The published reference is the RL Zoo's sb3-contrib TRPO
 result at the same budget (GUIDE.md section 4).
@@ -14,6 +15,7 @@ result at the same budget (GUIDE.md section 4).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -27,7 +29,7 @@ import numpy as np
 import yaml
 
 from benchmarks.common import read_jsonl
-from sb3_npg.zoo import hyperparams_path
+from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path
 
 #: The RL Zoo's published sb3-contrib TRPO results (mean return) at the budget of its hyperparameter file.
 PUBLISHED_TRPO = {
@@ -43,9 +45,17 @@ EVALUATIONS = 4
 EVAL_EPISODES = 10
 
 
+def default_hyperparams(algo: str) -> Path:
+    """The file ``train`` reads without ``-conf``: ours for our names, the installed RL Zoo's for the others (so
+    sb3-contrib's ``trpo`` runs with the settings behind its published results, in the same harness)."""
+    if algo in ZOO_ALGOS:
+        return hyperparams_path(algo)
+    return Path(importlib.util.find_spec("rl_zoo3").origin).parent / "hyperparams" / f"{algo}.yml"  # type: ignore[arg-type,union-attr]
+
+
 def budget(algo: str, env_id: str, conf: Path | None = None) -> int:
-    """The ``n_timesteps`` of the environment's entry in ``conf`` (default: our shipped file)."""
-    entries = yaml.safe_load((conf or hyperparams_path(algo)).read_text(encoding="utf-8"))
+    """The ``n_timesteps`` of the environment's entry in ``conf`` (default: the file ``train`` reads)."""
+    entries = yaml.safe_load((conf or default_hyperparams(algo)).read_text(encoding="utf-8"))
     return int(float((entries[env_id] if env_id in entries else entries["default"])["n_timesteps"]))
 
 

@@ -92,3 +92,4 @@ def test_zoo_verify_reads_budgets_from_the_shipped_file_and_from_a_one_entry_can
     candidate = tmp_path / "candidate.yml"
     candidate.write_text("Acrobot-v1:\n  n_timesteps: 5000\n", encoding="utf-8")
     assert budget("npg", "Acrobot-v1", candidate) == 5000
+    assert budget("trpo", "MountainCarContinuous-v0") == 50_000  # sb3-contrib's TRPO: the RL Zoo's own trpo.yml
