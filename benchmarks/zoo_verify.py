@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.zoo_verify --algos npg,npg_trpo --envs CartPole-v1,Acrobot-v1 --seeds 0,1,2 \\
         --workers 2 --out benchmarks/results/zoo_verify.jsonl
     .venv/bin/python -m benchmarks.zoo_verify --table benchmarks/results/zoo_verify.jsonl
+    .venv/bin/python -m benchmarks.zoo_verify --candidates-table benchmarks/results/zoo_candidates/*.jsonl
 
 Each run is a separate process running ``python -m sb3_npg.zoo train --algo A --env E --seed S`` with our shipped
 hyperparameters (budget: the file's ``n_timesteps``; ``--algos trpo`` runs sb3-contrib's TRPO with the RL Zoo's own
@@ -42,6 +43,8 @@ PUBLISHED_TRPO = {
     "LunarLanderContinuous-v3": 262.0,
 }
 EVALUATIONS = 4
+#: Hyperparameter files tried and not (or not yet) shipped; their runs are ``results/zoo_candidates/<name>.jsonl``.
+CANDIDATES_DIR = Path(__file__).parent / "zoo_candidates"
 EVAL_EPISODES = 10
 
 
@@ -81,22 +84,49 @@ def run(algo: str, env_id: str, seed: int, conf: Path | None = None) -> dict[str
     }
 
 
+def _groups(results: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Runs grouped by (algorithm, environment), each group in seed order."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in sorted(results, key=lambda r: r["seed"]):
+        groups.setdefault((row["algo"], row["env_id"]), []).append(row)
+    return groups
+
+
+def _cells(env_id: str, rows: list[dict[str, Any]]) -> str:
+    """The per-seed returns, their mean, the published reference and whether the mean reaches it."""
+    mean = statistics.mean(r["final_return_mean"] for r in rows)
+    published = PUBLISHED_TRPO.get(env_id)
+    reached = "-" if published is None else ("yes" if mean >= published else "no")
+    per_seed = " / ".join(f"{r['final_return_mean']:.1f}" for r in rows)
+    reference = "-" if published is None else f"{published:g}"
+    return f"{per_seed} | {mean:.1f} | {reference} | {reached} |"
+
+
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """Per algorithm and environment: the last evaluation of each seed, their mean, and the published reference."""
     lines = [
         "| algorithm | environment | budget | last evaluation per seed | mean | RL Zoo TRPO (published) | reached |",
         "|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in sorted(results, key=lambda r: r["seed"]):
-        groups.setdefault((row["algo"], row["env_id"]), []).append(row)
-    for (algo, env_id), rows in sorted(groups.items()):
-        mean = statistics.mean(r["final_return_mean"] for r in rows)
-        published = PUBLISHED_TRPO.get(env_id)
-        reached = "-" if published is None else ("yes" if mean >= published else "no")
-        per_seed = " / ".join(f"{r['final_return_mean']:.1f}" for r in rows)
-        reference = "-" if published is None else f"{published:g}"
-        lines.append(f"| {algo} | {env_id} | {rows[0]['budget']:,} | {per_seed} | {mean:.1f} | {reference} | {reached} |")
+    for (algo, env_id), rows in sorted(_groups(results).items()):
+        lines.append(f"| {algo} | {env_id} | {rows[0]['budget']:,} | {_cells(env_id, rows)}")
+    return "\n".join(lines)
+
+
+def candidates_table(files: list[Path], candidates_dir: Path = CANDIDATES_DIR) -> str:
+    """One row per results file and algorithm, as in :func:`markdown_table`, with the candidate's name and what it
+    changes (the first comment line of ``candidates_dir/<name>.yml``, after the colon)."""
+    lines = [
+        "| candidate | what it changes | algorithm | environment | last evaluation per seed | mean | RL Zoo TRPO "
+        "(published) | reached |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for results_file in sorted(files):
+        candidate = candidates_dir / f"{results_file.stem}.yml"
+        first_line = candidate.read_text(encoding="utf-8").splitlines()[0] if candidate.exists() else ""
+        change = first_line.lstrip("# ").split(": ", 1)[-1]
+        for (algo, env_id), rows in sorted(_groups(read_jsonl(results_file)).items()):
+            lines.append(f"| `{results_file.stem}` | {change} | {algo} | {env_id} | {_cells(env_id, rows)}")
     return "\n".join(lines)
 
 
@@ -109,9 +139,15 @@ def main() -> None:
     parser.add_argument("--conf", type=Path, help="a hyperparameter file to try instead of the shipped one")
     parser.add_argument("--out", type=Path, help="JSON lines, appended run by run (and read back to resume)")
     parser.add_argument("--table", type=Path, help="only print the table of an existing results file")
+    parser.add_argument(
+        "--candidates-table", type=Path, nargs="+", help="only print one table of the results files of several candidates"
+    )
     args = parser.parse_args()
     if args.table is not None:
         print(markdown_table(read_jsonl(args.table)))
+        return
+    if args.candidates_table is not None:
+        print(candidates_table(args.candidates_table))
         return
     results = read_jsonl(args.out)
     done = {(r["algo"], r["env_id"], r["seed"]) for r in results}

@@ -93,3 +93,20 @@ def test_zoo_verify_reads_budgets_from_the_shipped_file_and_from_a_one_entry_can
     candidate.write_text("Acrobot-v1:\n  n_timesteps: 5000\n", encoding="utf-8")
     assert budget("npg", "Acrobot-v1", candidate) == 5000
     assert budget("trpo", "MountainCarContinuous-v0") == 50_000  # sb3-contrib's TRPO: the RL Zoo's own trpo.yml
+
+
+def test_zoo_verify_tables_mark_the_entries_that_reach_the_published_result(tmp_path):
+    from benchmarks.zoo_verify import candidates_table, markdown_table
+
+    rows = [
+        {"algo": "npg", "env_id": "CartPole-v1", "seed": seed, "budget": 100_000, "final_return_mean": value}
+        for seed, value in enumerate([500.0, 500.0, 499.0])
+    ] + [{"algo": "npg_trpo", "env_id": "CartPole-v1", "seed": 0, "budget": 100_000, "final_return_mean": 500.0}]
+    table = markdown_table(rows).splitlines()
+    assert table[2] == "| npg | CartPole-v1 | 100,000 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
+    assert table[3] == "| npg_trpo | CartPole-v1 | 100,000 | 500.0 | 500.0 | 500 | yes |"
+    (tmp_path / "smaller_kl.yml").write_text("# A candidate tried for npg on CartPole-v1: half the KL radius\n", encoding="utf-8")
+    results = tmp_path / "smaller_kl.jsonl"
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows[:3]), encoding="utf-8")
+    candidates = candidates_table([results], candidates_dir=tmp_path).splitlines()
+    assert candidates[2] == "| `smaller_kl` | half the KL radius | npg | CartPole-v1 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
