@@ -105,8 +105,10 @@ def test_zoo_verify_tables_mark_the_entries_that_reach_the_published_result(tmp_
     table = markdown_table(rows).splitlines()
     assert table[2] == "| npg | CartPole-v1 | 100,000 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
     assert table[3] == "| npg_trpo | CartPole-v1 | 100,000 | 500.0 | 500.0 | 500 | yes |"
-    (tmp_path / "smaller_kl.yml").write_text("# A candidate tried for npg on CartPole-v1: half the KL radius\n", encoding="utf-8")
+    header = "# A candidate tried for npg on CartPole-v1: half the KL radius\n"
+    (tmp_path / "smaller_kl.yml").write_text(header, encoding="utf-8")
     results = tmp_path / "smaller_kl.jsonl"
     results.write_text("".join(json.dumps(row) + "\n" for row in rows[:3]), encoding="utf-8")
     candidates = candidates_table([results], candidates_dir=tmp_path).splitlines()
-    assert candidates[2] == "| `smaller_kl` | half the KL radius | npg | CartPole-v1 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
+    expected = "| `smaller_kl` | half the KL radius | npg | CartPole-v1 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
+    assert candidates[2] == expected
