@@ -1,16 +1,16 @@
 """Verify the shipped RL Zoo hyperparameters: train with ``sb3-npg-zoo train`` and read the Zoo's own evaluation.
 
-    .venv/bin/python -m benchmarks.zoo_verify --algos npg,npg_trpo --envs CartPole-v1,Acrobot-v1 --seeds 0,1,2 \\
+    .venv/bin/python -m benchmarks.zoo_verify --algos npg,npg_trpo,trpo --envs CartPole-v1,Acrobot-v1 --seeds 0,1,2 \\
         --workers 2 --out benchmarks/results/zoo_verify.jsonl
     .venv/bin/python -m benchmarks.zoo_verify --table benchmarks/results/zoo_verify.jsonl
     .venv/bin/python -m benchmarks.zoo_verify --candidates-table benchmarks/results/zoo_candidates/*.jsonl
 
 Each run is a separate process running ``python -m sb3_npg.zoo train --algo A --env E --seed S`` with our shipped
-hyperparameters (budget: the file's ``n_timesteps``; ``--algos trpo`` runs sb3-contrib's TRPO with the RL Zoo's own
-file, the reference in the same harness) and the Zoo's evaluation callback
-(``--eval-freq budget/EVALUATIONS --eval-episodes 10``, deterministic). The result of a run is the mean return of its
-last evaluation; runs already in ``--out`` are skipped. The published reference is the RL Zoo's sb3-contrib TRPO
-result at the same budget (GUIDE.md section 4).
+hyperparameters (budget: the file's ``n_timesteps``) and the Zoo's evaluation callback (``--eval-freq
+budget/EVALUATIONS --eval-episodes 10``, deterministic). ``trpo``, in the default ``--algos``, is sb3-contrib's TRPO
+with the RL Zoo's own file: the peer behind the published numbers, run in the same harness. The result of a run is
+the mean return of its last evaluation; runs already in ``--out`` are skipped. The published reference is the RL
+Zoo's sb3-contrib TRPO result at the same budget (GUIDE.md section 4).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def candidates_table(files: list[Path], candidates_dir: Path = CANDIDATES_DIR) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algos", default="npg,npg_trpo")
+    parser.add_argument("--algos", default="npg,npg_trpo,trpo")
     parser.add_argument("--envs", default="CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0,LunarLander-v3")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one process each)")
