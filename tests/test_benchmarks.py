@@ -137,3 +137,12 @@ def test_shipped_zoo_comments_state_the_verified_runs_and_every_required_entry_r
     for env_id in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0", "LunarLander-v3"):
         assert env_id in verified
         assert np.mean(verified[env_id]) >= PUBLISHED_TRPO[env_id], env_id
+
+
+def test_step_kl_reads_one_kl_per_update_and_trpo_never_exceeds_its_target():
+    from benchmarks.step_kl import N_ENVS, ZOO_CARTPOLE, step_kls
+
+    updates = 4
+    kls = step_kls(TRPO, seed=0, timesteps=updates * N_ENVS * ZOO_CARTPOLE["n_steps"])
+    assert 0 < len(kls) <= updates
+    assert (kls <= TRPO("MlpPolicy", "CartPole-v1").target_kl).all()
