@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow lint format type bench bench-update bench-fisher bench-learn bench-zoo clean
+.PHONY: demo test test-slow lint format type bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,17 @@ format: $(VENV)/.installed-dev
 type: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# Learning check over 3 seeds: the table in README.md comes from this file.
-bench: $(VENV)/.installed-test
+# The comparison matrix (resumes an interrupted run), then its tables and plots: the published results.
+BENCH_ALGOS ?= npg,npg_trpo,trpo,ppo,a2c
+BENCH_ENVS ?= CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0,LunarLanderContinuous-v3,HalfCheetah-v5,Hopper-v5,Walker2d-v5,Swimmer-v5
+BENCH_SEEDS ?= 0,1,2
+BENCH_OUT ?= benchmarks/results/compare
+bench: $(VENV)/.installed-all
+	$(BIN)/python -m benchmarks.compare --algos $(BENCH_ALGOS) --envs $(BENCH_ENVS) --seeds $(BENCH_SEEDS) --workers 2 --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.report $(BENCH_OUT)
+
+# Learning check over 3 seeds: the "Does it learn?" table in README.md comes from this file.
+bench-learning: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
 
 # Update time of one train() next to sb3-contrib's TRPO on shared rollouts (needs the mujoco extra for MuJoCo configs).

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path
 
 #: The first line of a results file may describe the machine instead of holding a result.
 META_KEY = "meta"
@@ -27,3 +30,35 @@ def read_jsonl(path: Path | None) -> list[dict[str, Any]]:
         return []
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [row for row in rows if META_KEY not in row]
+
+
+#: The RL Zoo's published sb3-contrib TRPO results (mean return; GUIDE.md section 4), by environment. The MuJoCo
+#: numbers were measured on v3 and are quoted for our v5 runs: comparable, not equal (see :data:`PUBLISHED_NOTES`).
+PUBLISHED_TRPO = {
+    "CartPole-v1": 500.0,
+    "Acrobot-v1": -83.1,
+    "Pendulum-v1": -175.0,
+    "MountainCar-v0": -107.0,
+    "MountainCarContinuous-v0": 92.5,
+    "LunarLander-v3": 133.0,
+    "LunarLanderContinuous-v3": 262.0,
+    "BipedalWalker-v3": 182.0,
+    "Hopper-v5": 3618.0,
+    "Walker2d-v5": 4933.0,
+    "HalfCheetah-v5": 1785.0,
+    "Ant-v5": 4982.0,
+    "Swimmer-v5": 366.0,
+}
+#: Where a published number was measured on another version of the environment than ours.
+PUBLISHED_NOTES = {env_id: "v3" for env_id in ("Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5", "Swimmer-v5")}
+
+
+def default_hyperparams(algo: str) -> Path:
+    """The file ``train`` reads without ``-conf``: ours for our names, the installed RL Zoo's for the others (so
+    sb3-contrib's ``trpo`` runs with the settings behind its published results, in the same harness)."""
+    if algo in ZOO_ALGOS:
+        return hyperparams_path(algo)
+    spec = importlib.util.find_spec("rl_zoo3")
+    if spec is None or spec.origin is None:
+        raise ValueError(f"the RL Zoo's hyperparameters for {algo!r} need rl_zoo3 installed (the zoo extra)")
+    return Path(spec.origin).parent / "hyperparams" / f"{algo}.yml"

@@ -16,7 +16,6 @@ Zoo's sb3-contrib TRPO result at the same budget (GUIDE.md section 4).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -29,31 +28,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.common import read_jsonl
-from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path
+from benchmarks.common import PUBLISHED_TRPO, default_hyperparams, read_jsonl
 
-#: The RL Zoo's published sb3-contrib TRPO results (mean return) at the budget of its hyperparameter file.
-PUBLISHED_TRPO = {
-    "CartPole-v1": 500.0,
-    "Acrobot-v1": -83.1,
-    "Pendulum-v1": -175.0,
-    "MountainCar-v0": -107.0,
-    "MountainCarContinuous-v0": 92.5,
-    "LunarLander-v3": 133.0,
-    "LunarLanderContinuous-v3": 262.0,
-}
 EVALUATIONS = 4
 #: Hyperparameter files tried and not (or not yet) shipped; their runs are ``results/zoo_candidates/<name>.jsonl``.
 CANDIDATES_DIR = Path(__file__).parent / "zoo_candidates"
 EVAL_EPISODES = 10
-
-
-def default_hyperparams(algo: str) -> Path:
-    """The file ``train`` reads without ``-conf``: ours for our names, the installed RL Zoo's for the others (so
-    sb3-contrib's ``trpo`` runs with the settings behind its published results, in the same harness)."""
-    if algo in ZOO_ALGOS:
-        return hyperparams_path(algo)
-    return Path(importlib.util.find_spec("rl_zoo3").origin).parent / "hyperparams" / f"{algo}.yml"  # type: ignore[arg-type,union-attr]
 
 
 def budget(algo: str, env_id: str, conf: Path | None = None) -> int:

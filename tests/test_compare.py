@@ -1,0 +1,115 @@
+"""The comparison matrix (benchmarks.compare) and its report (benchmarks.report) on a tiny budget."""
+
+import json
+
+import pytest
+
+from benchmarks import compare, report
+
+TINY_CONF = """CartPole-v1:
+  n_envs: 1
+  n_timesteps: 100000
+  policy: MlpPolicy
+  n_steps: 64
+  policy_kwargs: "dict(net_arch=[16])"
+"""
+BUDGET = 256
+EVAL_FREQ = 128
+PNG_MAGIC = b"\x89PNG"
+
+
+def _args(tmp_path, seeds):
+    conf = tmp_path / "tiny.yml"
+    conf.write_text(TINY_CONF, encoding="utf-8")
+    matrix = ["--algos", "npg_trpo,trpo", "--envs", "CartPole-v1", "--seeds", seeds, "--timesteps", str(BUDGET)]
+    evaluation = ["--eval-freq", str(EVAL_FREQ), "--eval-episodes", "2"]
+    confs = ["--conf", f"npg_trpo={conf}", "--conf", f"trpo={conf}"]
+    return compare.parser().parse_args([*matrix, *evaluation, "--workers", "2", "--out", str(tmp_path / "out"), *confs])
+
+
+def _lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_matrix_records_every_run_resumes_and_reports_a_table_and_a_plot(tmp_path):
+    args = _args(tmp_path, "0,1")
+    compare.run_matrix(compare.plan(args), args.out, args.workers)
+    runs_file = args.out / compare.RUNS_FILE
+    first = _lines(runs_file)
+    runs = [json.loads(line) for line in first]
+    assert sorted((r["algo"], r["seed"]) for r in runs) == [("npg_trpo", 0), ("npg_trpo", 1), ("trpo", 0), ("trpo", 1)]
+    for run in runs:
+        assert run["hyperparams"]["n_steps"] == 64  # the user's file reached the Zoo
+        assert run["steps"] >= BUDGET and run["timesteps"] == BUDGET
+        assert [step for step, _, _ in run["curve"]] == [EVAL_FREQ, 2 * EVAL_FREQ]
+        assert run["final_return"] == run["curve"][-1][1]
+        assert run["time_train"] > 0 and run["time_collect_rollouts"] > 0 and run["time_evaluation"] > 0
+        assert run["wall_time"] > run["time_train"] + run["time_collect_rollouts"]
+        assert {"stable_baselines3", "torch", "sb3_contrib", "rl_zoo3"} <= {name.replace("-", "_") for name in run["versions"]}
+
+    # Resume: a third seed runs only its two new cells; the finished lines stay as they were.
+    args = _args(tmp_path, "0,1,2")
+    compare.run_matrix(compare.plan(args), args.out, args.workers)
+    lines = _lines(runs_file)
+    assert lines[:4] == first and len(lines) == 6
+    assert sorted(json.loads(line)["seed"] for line in lines[4:]) == [2, 2]
+
+    markdown = report.write_report(args.out).read_text(encoding="utf-8")
+    rows = [line for line in markdown.splitlines() if line.startswith("| CartPole-v1 | 256 |")]
+    assert len(rows) == 1 and rows[0].count("(3)") == 2 and rows[0].count("**") == 2 and rows[0].endswith("| 500 |")
+    assert (
+        sum(
+            line.startswith(("| CartPole-v1 | npg_trpo | 3 |", "| CartPole-v1 | trpo | 3 |")) for line in markdown.splitlines()
+        )
+        == 2
+    )
+    assert (args.out / "CartPole-v1.png").read_bytes()[:4] == PNG_MAGIC
+
+
+def _run(algo, seed, final, curve):
+    return {
+        "algo": algo,
+        "env_id": "Pendulum-v1",
+        "seed": seed,
+        "timesteps": 1000,
+        "final_return": final,
+        "curve": curve,
+        "wall_time": 2.0,
+        "steps_per_second": 500.0,
+        "time_collect_rollouts": 1.0,
+        "time_train": 0.5,
+        "time_evaluation": 0.5,
+    }
+
+
+def test_returns_table_bolds_the_best_mean_and_curves_keep_the_steps_every_seed_has():
+    runs = [
+        _run("ppo", 0, -200.0, [[500, -900.0, 0.0], [1000, -200.0, 0.0]]),
+        _run("ppo", 1, -300.0, [[500, -700.0, 0.0], [1000, -300.0, 0.0]]),
+        _run("npg", 0, -150.0, [[500, -400.0, 0.0], [1000, -150.0, 0.0]]),
+        _run("npg", 1, -160.0, [[500, -600.0, 0.0], [1000, -160.0, 0.0], [1500, -100.0, 0.0]]),
+    ]
+    row = report.returns_table(runs).splitlines()[2]
+    assert row == "| Pendulum-v1 | 1,000 | **-155.0 +- 7.1 (2)** | -250.0 +- 70.7 (2) | -175 |"  # npg before ppo
+    steps, mean, std = report.mean_curve([r for r in runs if r["algo"] == "npg"])
+    assert steps.tolist() == [500, 1000]
+    assert mean.tolist() == [-500.0, -155.0] and std.tolist() == [100.0, 5.0]
+    assert "| Pendulum-v1 | npg | 2 | 2.0 | 500 | 1.0 | 0.5 | 0.5 | 33% |" in report.cost_table(runs)
+
+
+def test_plan_refuses_an_environment_without_hyperparameters_before_any_run(tmp_path):
+    conf = tmp_path / "cartpole_only.yml"
+    conf.write_text(TINY_CONF, encoding="utf-8")
+    args = compare.parser().parse_args(["--algos", "npg", "--envs", "Pendulum-v1", "--conf", f"npg={conf}"])
+    with pytest.raises(ValueError, match="no hyperparameters for Pendulum-v1"):
+        compare.plan(args)
+
+
+def test_plan_uses_each_environments_zoo_budget_and_the_v4_entry_for_v5():
+    args = compare.parser().parse_args(["--algos", "ppo", "--envs", "MountainCarContinuous-v0,Hopper-v5", "--seeds", "0"])
+    jobs = compare.plan(args)
+    assert [(job.env_id, job.timesteps, job.eval_freq) for job in jobs] == [
+        ("MountainCarContinuous-v0", 50_000, 5_000),
+        ("Hopper-v5", 1_000_000, 100_000),
+    ]
+    assert compare.hyperparams_entry(compare.Path(jobs[1].conf), "Hopper-v5")["normalize"] is True
