@@ -29,6 +29,8 @@ RESULTS_FILE = "results.md"
 #: The order of the columns; algorithms not listed follow in name order.
 ALGO_ORDER = ("npg", "npg_trpo", "trpo", "ppo", "a2c")
 BAND_ALPHA = 0.2
+#: Cycled over the algorithms, so that identical curves (NPG and TRPO when every full step is accepted) stay visible.
+LINE_STYLES = ("-", "--", "-.", ":")
 FIGURE_SIZE = (6.4, 4.0)
 FIGURE_DPI = 100
 
@@ -116,10 +118,10 @@ def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
     """One figure: each algorithm's mean evaluation curve over seeds with a +-1 std band."""
     figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
     groups = _by(runs, "algo")
-    for algo in _algos(runs):
+    for index, algo in enumerate(_algos(runs)):
         rows = groups[(algo,)]
         steps, mean, std = mean_curve(rows)
-        axes.plot(steps, mean, label=f"{algo} ({len(rows)} seeds)")
+        axes.plot(steps, mean, LINE_STYLES[index % len(LINE_STYLES)], label=f"{algo} ({len(rows)} seeds)")
         axes.fill_between(steps, mean - std, mean + std, alpha=BAND_ALPHA)
     if env_id in PUBLISHED_TRPO:
         axes.axhline(PUBLISHED_TRPO[env_id], color="gray", linestyle="--", linewidth=1, label="RL Zoo TRPO (published)")
