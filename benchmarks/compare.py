@@ -203,6 +203,19 @@ def run_job(job: Job) -> dict[str, Any]:
     }
 
 
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single ``write`` on an ``O_APPEND`` descriptor, so that two matrices writing to one
+    folder at once never interleave their records."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        data = (line + "\n").encode("utf-8")
+        written = os.write(descriptor, data)
+        if written != len(data):
+            raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
+    finally:
+        os.close(descriptor)
+
+
 def run_matrix(jobs: list[Job], out: Path, workers: int) -> list[dict[str, Any]]:
     """Run the jobs not already in ``out/runs.jsonl``, appending each record as soon as its run finishes."""
     out.mkdir(parents=True, exist_ok=True)
@@ -216,8 +229,7 @@ def run_matrix(jobs: list[Job], out: Path, workers: int) -> list[dict[str, Any]]
         tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="runs", unit="run") as progress,
     ):
         for record in pool.imap_unordered(run_job, todo):
-            with results_file.open("a", encoding="utf-8") as stream:
-                stream.write(json.dumps(record) + "\n")
+            append_line(results_file, json.dumps(record))
             results.append(record)
             progress.set_postfix_str(f"{record['algo']} {record['env_id']} seed {record['seed']}")
             progress.update()
