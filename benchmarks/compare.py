@@ -30,7 +30,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -116,25 +116,30 @@ class _Timings:
     steps: int = 0
 
 
+@contextlib.contextmanager
+def _clock(timings: _Timings, field: str) -> Iterator[None]:
+    """Add the time the block takes to ``timings.<field>``, even when it raises."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        setattr(timings, field, getattr(timings, field) + time.perf_counter() - start)
+
+
 def _timed(algo_class: type, timings: _Timings) -> type:
     """A subclass of ``algo_class`` (same name) that adds the time of each ``collect_rollouts`` and ``train`` call, and
     the samples collected, to ``timings``."""
 
     class Timed(algo_class):
         def collect_rollouts(self, *args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
+            with _clock(timings, "collect_rollouts"):
                 return super().collect_rollouts(*args, **kwargs)
-            finally:
-                timings.collect_rollouts += time.perf_counter() - start
 
         def train(self, *args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return super().train(*args, **kwargs)
-            finally:
-                timings.train += time.perf_counter() - start
-                timings.steps = self.num_timesteps
+            with _clock(timings, "train"):
+                result = super().train(*args, **kwargs)
+            timings.steps = self.num_timesteps
+            return result
 
     Timed.__name__ = Timed.__qualname__ = algo_class.__name__
     return Timed
@@ -142,11 +147,8 @@ def _timed(algo_class: type, timings: _Timings) -> type:
 
 def _timed_evaluation(evaluate: Callable[..., Any], timings: _Timings) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
+        with _clock(timings, "evaluation"):
             return evaluate(*args, **kwargs)
-        finally:
-            timings.evaluation += time.perf_counter() - start
 
     return run
 

@@ -19,19 +19,12 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 
+from benchmarks.learning import LEARNING_CONFIGS
 from sb3_npg import NPG, TRPO
 
-#: The RL Zoo's sb3-contrib TRPO settings for CartPole-v1 (rl_zoo3 2.9.2 ``hyperparams/trpo.yml``), minus n_envs.
-ZOO_CARTPOLE = {
-    "n_steps": 512,
-    "batch_size": 512,
-    "cg_damping": 1e-3,
-    "gae_lambda": 0.98,
-    "gamma": 0.99,
-    "learning_rate": 1e-3,
-    "n_critic_updates": 20,
-}
-N_ENVS = 2
+#: The RL Zoo's sb3-contrib TRPO settings for CartPole-v1, as the learning check uses them.
+ZOO_CARTPOLE = LEARNING_CONFIGS["CartPole-v1"]["hyperparams"]
+N_ENVS = LEARNING_CONFIGS["CartPole-v1"]["n_envs"]
 TIMESTEPS = 100_000
 #: An update counts as overshooting when its KL is at least this multiple of ``target_kl``.
 OVERSHOOT = 2.0
@@ -40,7 +33,7 @@ OVERSHOOT = 2.0
 def step_kls(algo: type[NPG] | type[TRPO], seed: int, timesteps: int = TIMESTEPS) -> np.ndarray:
     """The logged KL of every update of one training run (updates whose step was rejected or skipped excluded)."""
     env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=seed)
-    model = algo("MlpPolicy", env, seed=seed, **ZOO_CARTPOLE)  # type: ignore[arg-type]
+    model = algo("MlpPolicy", env, seed=seed, **ZOO_CARTPOLE)
     with tempfile.TemporaryDirectory() as folder:
         model.set_logger(configure(folder, ["csv"]))
         model.learn(timesteps, log_interval=1)
