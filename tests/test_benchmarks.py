@@ -15,6 +15,7 @@ from gymnasium import spaces
 from benchmarks import bench_fisher, bench_learn
 from benchmarks.bench_update import CONFIGS, _build, _fill, contrib_kl_scale
 from benchmarks.common import read_jsonl
+from benchmarks.lockstep import lockstep, table
 from benchmarks.zoo_verify import PUBLISHED_TRPO
 from sb3_npg import TRPO
 from sb3_npg.common.natural_gradient import get_flat_params
@@ -146,3 +147,14 @@ def test_step_kl_reads_one_kl_per_update_and_trpo_never_exceeds_its_target():
     kls = step_kls(TRPO, seed=0, timesteps=updates * N_ENVS * ZOO_CARTPOLE["n_steps"])
     assert 0 < len(kls) <= updates
     assert (kls <= TRPO("MlpPolicy", "CartPole-v1").target_kl).all()
+
+
+def test_lockstep_our_trpo_update_follows_sb3_contribs_over_consecutive_updates():
+    """Pendulum's entries are the same in both files: on the same states and rollouts the actor steps agree (up to
+    float32 rounding and the KL direction), the line searches take the same fractions, and the table has a row each."""
+    records = lockstep("Pendulum-v1", seed=0, updates=3)
+    assert len(records) == 3
+    assert all(record["step_difference"] < 1e-3 for record in records)
+    assert all(record["same_fraction"] == 1.0 for record in records)
+    assert all(record["ours_std"] == pytest.approx(record["theirs_std"], rel=1e-4) for record in records)
+    assert table(records, block=2).count("\n| ") == 2
