@@ -48,7 +48,7 @@ BENCH_SEEDS ?= 0,1,2
 BENCH_OUT ?= benchmarks/results/compare
 bench: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos $(BENCH_ALGOS) --envs $(BENCH_ENVS) --seeds $(BENCH_SEEDS) --workers 2 --out $(BENCH_OUT)
-	$(BIN)/python -m benchmarks.report $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md
 
 # Learning check over 3 seeds: the "Does it learn?" table in README.md comes from this file.
 bench-learning: $(VENV)/.installed-test

@@ -150,10 +150,32 @@ def write_report(folder: Path) -> Path:
     return report
 
 
+def update_docs(paths: list[Path], folder: Path) -> None:
+    """
+    Replace the tables between ``<!-- compare:RETURNS -->`` / ``<!-- /compare:RETURNS -->`` (and the same for
+    ``COST``) in each markdown file by the tables of ``folder``'s runs; a file without a marker pair is left as is.
+    """
+    runs = read_jsonl(folder / RUNS_FILE)
+    tables = {"RETURNS": returns_table(runs), "COST": cost_table(runs)}
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        for name, table in tables.items():
+            start, end = f"<!-- compare:{name} -->", f"<!-- /compare:{name} -->"
+            if start in text and end in text:
+                head, rest = text.split(start, 1)
+                text = f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}"
+        path.write_text(text, encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="the --out folder of benchmarks.compare")
-    print(write_report(parser.parse_args().folder).read_text(encoding="utf-8"))
+    parser.add_argument(
+        "--update-docs", nargs="*", type=Path, default=[], metavar="FILE", help="markdown files whose marked tables to refresh"
+    )
+    args = parser.parse_args()
+    print(write_report(args.folder).read_text(encoding="utf-8"))
+    update_docs(args.update_docs, args.folder)
 
 
 if __name__ == "__main__":

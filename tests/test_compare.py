@@ -113,3 +113,19 @@ def test_plan_uses_each_environments_zoo_budget_and_the_v4_entry_for_v5():
         ("Hopper-v5", 1_000_000, 100_000),
     ]
     assert compare.hyperparams_entry(compare.Path(jobs[1].conf), "Hopper-v5")["normalize"] is True
+
+
+def test_update_docs_refreshes_only_the_marked_tables(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    runs = [_run("npg", 0, -150.0, [[1000, -150.0, 1.0]]), _run("trpo", 0, -200.0, [[1000, -200.0, 1.0]])]
+    (folder / compare.RUNS_FILE).write_text("".join(json.dumps(run) + "\n" for run in runs), encoding="utf-8")
+    doc = tmp_path / "README.md"
+    doc.write_text("intro\n<!-- compare:RETURNS -->\nold table\n<!-- /compare:RETURNS -->\noutro\n", encoding="utf-8")
+    untouched = tmp_path / "OTHER.md"
+    untouched.write_text("no markers\n", encoding="utf-8")
+    report.update_docs([doc, untouched], folder)
+    text = doc.read_text(encoding="utf-8")
+    assert "old table" not in text and text.startswith("intro\n<!-- compare:RETURNS -->\n| environment |")
+    assert "| Pendulum-v1 | 1,000 | **-150.0 +- 0.0 (1)** | -200.0 +- 0.0 (1) |" in text and text.endswith("outro\n")
+    assert untouched.read_text(encoding="utf-8") == "no markers\n"
