@@ -106,6 +106,20 @@ def cost_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(runs: list[dict[str, Any]]) -> str:
+    """Per environment and algorithm, each seed's final return and best evaluation (the spread behind the means)."""
+    lines = ["| environment | algorithm | final return per seed | best evaluation per seed |", "|---|---|---|---|"]
+    groups = _by(runs, "env_id", "algo")
+    for env_id in sorted({run["env_id"] for run in runs}):
+        for algo in _algos(runs):
+            rows = sorted(groups.get((env_id, algo), []), key=lambda row: row["seed"])
+            if rows:
+                finals = ", ".join(f"{row['seed']}: {row['final_return']:.1f}" for row in rows)
+                bests = ", ".join(f"{max(value for _, value, _ in row['curve']):.1f}" for row in rows)
+                lines.append(f"| {env_id} | {algo} | {finals} | {bests} |")
+    return "\n".join(lines)
+
+
 def mean_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluation steps common to every seed, and the mean and std over seeds of the mean return there."""
     curves = [{step: value for step, value, _ in row["curve"]} for row in rows]
@@ -144,7 +158,8 @@ def write_report(folder: Path) -> Path:
     report = folder / RESULTS_FILE
     report.write_text(
         "# Final return (last evaluation), mean +- std over seeds (number of seeds)\n\n"
-        f"{returns_table(runs)}\n\n# Cost per run (means over seeds)\n\n{cost_table(runs)}\n",
+        f"{returns_table(runs)}\n\n# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
+        f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n",
         encoding="utf-8",
     )
     return report
@@ -153,10 +168,11 @@ def write_report(folder: Path) -> Path:
 def update_docs(paths: list[Path], folder: Path) -> None:
     """
     Replace the tables between ``<!-- compare:RETURNS -->`` / ``<!-- /compare:RETURNS -->`` (and the same for
-    ``COST``) in each markdown file by the tables of ``folder``'s runs; a file without a marker pair is left as is.
+    ``COST`` and ``SEEDS``) in each markdown file by the tables of ``folder``'s runs; a file without a marker pair
+    is left as is.
     """
     runs = read_jsonl(folder / RUNS_FILE)
-    tables = {"RETURNS": returns_table(runs), "COST": cost_table(runs)}
+    tables = {"RETURNS": returns_table(runs), "COST": cost_table(runs), "SEEDS": seeds_table(runs)}
     for path in paths:
         text = path.read_text(encoding="utf-8")
         for name, table in tables.items():

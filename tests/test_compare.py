@@ -121,11 +121,16 @@ def test_update_docs_refreshes_only_the_marked_tables(tmp_path):
     runs = [_run("npg", 0, -150.0, [[1000, -150.0, 1.0]]), _run("trpo", 0, -200.0, [[1000, -200.0, 1.0]])]
     (folder / compare.RUNS_FILE).write_text("".join(json.dumps(run) + "\n" for run in runs), encoding="utf-8")
     doc = tmp_path / "README.md"
-    doc.write_text("intro\n<!-- compare:RETURNS -->\nold table\n<!-- /compare:RETURNS -->\noutro\n", encoding="utf-8")
+    doc.write_text(
+        "intro\n<!-- compare:RETURNS -->\nold table\n<!-- /compare:RETURNS -->\n"
+        "<!-- compare:SEEDS -->\n<!-- /compare:SEEDS -->\noutro\n",
+        encoding="utf-8",
+    )
     untouched = tmp_path / "OTHER.md"
     untouched.write_text("no markers\n", encoding="utf-8")
     report.update_docs([doc, untouched], folder)
     text = doc.read_text(encoding="utf-8")
     assert "old table" not in text and text.startswith("intro\n<!-- compare:RETURNS -->\n| environment |")
     assert "| Pendulum-v1 | 1,000 | **-150.0 +- 0.0 (1)** | -200.0 +- 0.0 (1) |" in text and text.endswith("outro\n")
+    assert "| Pendulum-v1 | trpo | 0: -200.0 | -200.0 |" in text  # the per-seed table
     assert untouched.read_text(encoding="utf-8") == "no markers\n"
