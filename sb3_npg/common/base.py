@@ -7,7 +7,7 @@ import inspect
 import math
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -25,11 +25,14 @@ from stable_baselines3.common.policies import (
     BasePolicy,
     MultiInputActorCriticPolicy,
 )
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_npg.common.clip import clip_grad_norm_
+from sb3_npg.common.env_checks import FiniteRolloutCheck
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS, analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
     MatVec,
@@ -40,6 +43,7 @@ from sb3_npg.common.natural_gradient import (
     kl_scaled_step_size,
     set_flat_params_,
 )
+from sb3_npg.common.persistence import FORMAT_KEY, PathLike, check_saved_model, format_record
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import (
@@ -71,6 +75,16 @@ ALWAYS_LOGGED_KEYS = (
     "value_loss",
     "value_grad_norm",
 )
+#: The numerical events an update counts, cumulatively over training, logged as ``train/events/<name>``. The first
+#: five refuse a natural step (the parameters stay as they were); the others let it proceed.
+SKIP_EVENTS = (
+    "zero_gradient",
+    "non_finite_gradient",
+    "non_finite_direction",
+    "non_positive_curvature",
+    "non_finite_step",
+)
+FAULT_EVENTS = (*SKIP_EVENTS, "cg_max_steps_reached", "cg_curvature_failure", "line_search_failed")
 #: The smallest rollout for which advantages can be normalized (a standard deviation needs two samples).
 MIN_NORMALIZED_ROLLOUT = 2
 #: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
@@ -147,6 +161,14 @@ class _PolicyBatch(NamedTuple):
 class _SkippedStep(Exception):
     """Raised inside a natural step when a non-finite or degenerate quantity means the step must not be applied."""
 
+    def __init__(self, event: str, reason: str):
+        super().__init__(reason)
+        self.event = event
+
+
+class NonFiniteParametersError(RuntimeError):
+    """The policy's parameters hold NaN or inf, so no update can be computed from them."""
+
 
 def _select(
     observations: torch.Tensor | dict[str, torch.Tensor], index: slice | torch.Tensor
@@ -164,6 +186,32 @@ def _float64_to_float32(
     if isinstance(observations, dict):
         return {key: _float64_to_float32(value) for key, value in observations.items()}  # type: ignore[misc]
     return observations.float() if observations.dtype == torch.float64 else observations
+
+
+def _warn_if_batches_uneven(name: str, size: int, samples: int, what: str) -> None:
+    """Warn (once, at construction) when batches of ``size`` do not split ``samples`` evenly; training still runs."""
+    if size > samples:
+        message = f"is larger than {what} = {samples}: each epoch uses one batch of all {samples}"
+    elif samples % size != 0:
+        message = (
+            f"does not divide {what} = {samples}: the last batch holds {samples % size} samples "
+            "(its metrics are weighted by its samples)"
+        )
+    else:
+        return
+    warnings.warn(f"`{name}`={size} {message}", UserWarning, stacklevel=4)
+
+
+def _raise_if_not_finite(values: np.ndarray, what: str) -> None:
+    """Raise a ``ValueError`` naming ``what`` when ``values`` (from the environment) hold NaN or inf."""
+    if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+        count = int(np.size(values) - np.isfinite(values).sum())
+        raise ValueError(
+            f"The rollout's {what} hold {count} NaN or inf values: the environment emitted them, and training on them "
+            "would corrupt the policy, so the update is refused. Fix the environment, or wrap it in "
+            "stable_baselines3.common.vec_env.VecCheckNan(env, raise_exception=True) to stop at the step that "
+            "produced them."
+        )
 
 
 def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
@@ -267,7 +315,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             ent_coef=0.0,  # no entropy bonus: the natural step follows the surrogate alone
             vf_coef=0.0,  # the critic is fitted separately
             max_grad_norm=0.0,  # replaced below by our own option, which may be None
-            use_sde=use_sde,
+            use_sde=False,  # set below, so that our check names the option (SB3 asserts it without the name)
             sde_sample_freq=sde_sample_freq,
             rollout_buffer_class=rollout_buffer_class,
             rollout_buffer_kwargs=rollout_buffer_kwargs,
@@ -294,6 +342,8 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.fisher_sub_sampling_factor = fisher_sub_sampling_factor
         self.critic_fit = critic_fit
         self.skipped_steps = 0
+        self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_EVENTS, 0)
+        self.use_sde = use_sde
         self._validate_hyperparameters()
         if self.env is not None:
             self._validate_environment()
@@ -321,8 +371,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         check_choice("fisher", self.fisher, FISHER_PRODUCTS)
         check_int("fisher_sub_sampling_factor", self.fisher_sub_sampling_factor, 1)
         check_choice("critic_fit", self.critic_fit, CRITIC_FITS)
-        if not isinstance(self.normalize_advantage, bool):
-            raise ValueError(f"`normalize_advantage` must be a bool, got {self.normalize_advantage!r}")
+        for name in ("normalize_advantage", "use_sde"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
             raise ValueError(f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}")
 
@@ -334,20 +385,19 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 f"{type(self).__name__} does not support the action space {self.action_space}: "
                 f"supported action spaces are {names}"
             )
+        if self.use_sde and not isinstance(self.action_space, spaces.Box):
+            raise ValueError(f"`use_sde=True` needs a Box action space (gSDE is Gaussian noise), got {self.action_space}")
         rollout_size = self.n_steps * self.n_envs
         if self.normalize_advantage and rollout_size < MIN_NORMALIZED_ROLLOUT:
             raise ValueError(
                 f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
                 f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
             )
-        for name, size in (("batch_size", self.batch_size), ("policy_batch_size", self.policy_batch_size)):
-            if size is not None and size > rollout_size:
-                warnings.warn(
-                    f"`{name}`={size} is larger than the rollout (n_steps * n_envs = {rollout_size}): "
-                    "each epoch uses one batch of the whole rollout",
-                    UserWarning,
-                    stacklevel=3,
-                )
+        policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
+        _warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")
+        if self.policy_batch_size is not None:
+            where = "the policy's samples (n_steps * n_envs / sub_sampling_factor, rounded up)"
+            _warn_if_batches_uneven("policy_batch_size", self.policy_batch_size, policy_samples, where)
 
     def _setup_model(self) -> None:
         super()._setup_model()
@@ -362,6 +412,74 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
         )
 
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        """SB3's callbacks, after :class:`~sb3_npg.common.env_checks.FiniteRolloutCheck`: NaN or inf from the
+        environment stop training before any callback, the policy or the rollout buffer sees them."""
+        if callback is None:
+            callbacks: list[BaseCallback] = []
+        elif isinstance(callback, list):
+            callbacks = callback
+        else:
+            callbacks = [callback if isinstance(callback, BaseCallback) else ConvertCallback(callback)]
+        return super()._init_callback([FiniteRolloutCheck(), *callbacks], progress_bar)
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """SB3's rollout collection, refused up front when the policy's parameters are not finite."""
+        self._check_parameters_finite()
+        return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+
+    def save(self, path: PathLike, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
+        """
+        Save the model as SB3 does, with a record of the saving algorithm and file format that ``load`` checks.
+
+        :param path: the file (``.zip`` is added when missing) or a file object
+        :param exclude: names of attributes not to save, in addition to the default ones
+        :param include: names of attributes to save even if they would be excluded
+        """
+        setattr(self, FORMAT_KEY, format_record(type(self).__name__))
+        super().save(path, exclude=exclude, include=include)
+
+    @classmethod
+    def load(
+        cls: type[SelfNaturalPolicyGradient],
+        path: PathLike,
+        env: GymEnv | None = None,
+        device: torch.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfNaturalPolicyGradient:
+        """
+        Load a model saved by this algorithm (see SB3's ``BaseAlgorithm.load``).
+
+        Before SB3 deserializes anything, the archive's JSON is read and checked: a file that is not an intact model
+        archive, holds another algorithm, or comes from a newer file format gets a ``ValueError`` saying what to do.
+        SB3 then unpickles the objects embedded in the archive (the policy class, schedules, spaces): load only files
+        you trust, or replace those entries with ``custom_objects``.
+
+        :param path: the saved file (``.zip`` may be omitted) or a file object
+        :param env: the environment to continue with (its spaces must match the saved ones)
+        :param device: the device to put the model on
+        :param custom_objects: entries of the saved data to replace instead of unpickling them
+        :param print_system_info: print the system information of the machine that saved the model
+        :param force_reset: reset the environment before the next ``learn()``
+        :param kwargs: attributes to set on the loaded model
+        :return: the loaded model
+        """
+        check_saved_model(path, cls.__name__)
+        return super().load(
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_actor_params", "_critic_params"]
 
@@ -369,6 +487,8 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
 
     def train(self) -> None:
         """One update: a natural step per policy batch, then the critic fit, then one log record."""
+        self._check_parameters_finite()
+        self._check_rollout_finite()
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         rollout = self._rollout_tensors()
@@ -378,6 +498,28 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             self._n_updates += 1
         critic_stats = self._fit_critic(rollout.observations, rollout.returns)
         self._record_logs(policy_stats.means(), critic_stats.means())
+
+    def _check_parameters_finite(self) -> None:
+        """Refuse to update from non-finite parameters, naming them and how to recover."""
+        broken = [name for name, param in self.policy.named_parameters() if not bool(torch.isfinite(param).all())]
+        if broken:
+            name = type(self).__name__
+            raise NonFiniteParametersError(
+                f"{name}: the policy parameters {', '.join(broken)} hold NaN or inf, so this update is refused. "
+                f"The model cannot recover by itself: load the last good checkpoint ({name}.load(path, env=env), for "
+                "example one written by CheckpointCallback) or restore good weights with model.set_parameters(...), "
+                "then make the problem better conditioned (normalize observations and rewards with VecNormalize, "
+                "lower target_kl or learning_rate)."
+            )
+
+    def _check_rollout_finite(self) -> None:
+        """Refuse to train on a rollout whose observations or rewards hold NaN or inf, naming which."""
+        buffer = self.rollout_buffer
+        observations = buffer.observations
+        parts = observations.items() if isinstance(observations, dict) else [("", observations)]
+        for key, values in parts:
+            _raise_if_not_finite(values, f"observations{f'[{key!r}]' if key else ''}")
+        _raise_if_not_finite(buffer.rewards, "rewards")
 
     def _rollout_tensors(self) -> _RolloutTensors:
         """
@@ -427,10 +569,15 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
 
         try:
             proposal, diagnostics = self._propose_step(surrogate, fisher, evaluate)
-        except _SkippedStep as reason:
-            self._skip_step(str(reason), surrogate.item(), weight, stats)
+        except _SkippedStep as skipped:
+            self._skip_step(skipped, surrogate.item(), weight, stats)
             return
-        outcome = self._accept_step(proposal)
+        try:
+            outcome = self._accept_step(proposal)
+        except BaseException:  # KeyboardInterrupt mid line search: leave the last accepted parameters, not a candidate
+            proposal.apply(0.0)
+            raise
+        self._count_event("line_search_failed", self.has_line_search and outcome.fraction == 0.0)
         stats.add(
             weight,
             **diagnostics,
@@ -476,20 +623,22 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         gradient = flat_grad(surrogate, params, retain_graph=True)
         gradient_norm = float(torch.linalg.vector_norm(gradient))
         if not math.isfinite(gradient_norm):
-            raise _SkippedStep("the policy gradient is not finite")
+            raise _SkippedStep("non_finite_gradient", "the policy gradient is not finite")
         if gradient_norm == 0.0:
-            raise _SkippedStep("the policy gradient is zero (are all advantages equal?)")
+            raise _SkippedStep("zero_gradient", "the policy gradient is zero (are all advantages equal?)")
         solve = conjugate_gradient(fisher, gradient, self.cg_max_steps, self.cg_residual_tol)
+        self._count_event("cg_curvature_failure", solve.curvature_failure)
+        self._count_event("cg_max_steps_reached", not solve.converged and not solve.curvature_failure)
         direction = solve.solution
         if not bool(torch.isfinite(direction).all()):
-            raise _SkippedStep("the conjugate-gradient direction is not finite")
+            raise _SkippedStep("non_finite_direction", "the conjugate-gradient direction is not finite")
         curvature = float(torch.dot(direction, fisher(direction)))
         step_size = kl_scaled_step_size(curvature, self.target_kl)
         if not math.isfinite(step_size):
-            raise _SkippedStep(f"the curvature s^T F s = {curvature} is not positive and finite")
+            raise _SkippedStep("non_positive_curvature", f"the curvature s^T F s = {curvature} is not positive and finite")
         full_step = step_size * direction
         if not bool(torch.isfinite(full_step).all()):
-            raise _SkippedStep("the natural step is not finite")
+            raise _SkippedStep("non_finite_step", "the natural step is not finite")
         proposal = StepProposal(
             params=params,
             start=get_flat_params(params),
@@ -505,11 +654,17 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         }
         return proposal, diagnostics
 
-    def _skip_step(self, reason: str, surrogate: float, weight: int, stats: WeightedMeans) -> None:
-        """Leave the parameters as they are, count the skip and say why."""
+    def _count_event(self, event: str, happened: bool = True) -> None:
+        """Count one of :data:`FAULT_EVENTS` when it happened."""
+        if happened:
+            self.fault_counts[event] = self.fault_counts.get(event, 0) + 1
+
+    def _skip_step(self, skipped: _SkippedStep, surrogate: float, weight: int, stats: WeightedMeans) -> None:
+        """Leave the parameters as they are, count the skip and its cause, and say why."""
         self.skipped_steps += 1
+        self._count_event(skipped.event)
         warnings.warn(
-            f"{type(self).__name__}: natural step skipped because {reason}; the policy parameters are unchanged",
+            f"{type(self).__name__}: natural step skipped because {skipped}; the policy parameters are unchanged",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -607,6 +762,8 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         if isinstance(log_std, torch.Tensor):
             self.logger.record("train/std", torch.exp(log_std.detach()).mean().item())
         self.logger.record("train/skipped_steps", self.skipped_steps)
+        for event in FAULT_EVENTS:
+            self.logger.record(f"train/events/{event}", self.fault_counts.get(event, 0))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 
     def learn(
