@@ -410,3 +410,26 @@ def test_train_refuses_a_rollout_holding_nan_even_when_collected_without_the_che
     with pytest.raises(ValueError, match=f"rollout's {named} hold"):
         model.train()
     assert torch.equal(parameters(model), before)
+
+
+def test_policy_batch_size_that_does_not_divide_warns_once_and_weights_the_last_batch_by_its_samples(monkeypatch):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = NPG("MlpPolicy", "Pendulum-v1", **{**TINY, "n_steps": 100, "policy_batch_size": 30})
+        model.learn(2 * 100)
+    uneven = [w for w in caught if str(w.message).startswith("`policy_batch_size`=30 does not divide")]
+    assert len(uneven) == 1 and "the last batch holds 10 samples" in str(uneven[0].message)
+    assert model._n_updates == 2 * 4  # batches of 30, 30, 30 and 10 in each of the two updates
+    entropies = []
+    record = base.WeightedMeans.add
+
+    def spy(self, weight, **values):
+        if "entropy" in values:
+            entropies.append((weight, values["entropy"]))
+        record(self, weight, **values)
+
+    monkeypatch.setattr(base.WeightedMeans, "add", spy)
+    model.learn(100, reset_num_timesteps=False)
+    assert [weight for weight, _ in entropies] == [30, 30, 30, 10]
+    expected = sum(weight * value for weight, value in entropies) / 100
+    assert model.logger.name_to_value["train/entropy"] == pytest.approx(expected)
