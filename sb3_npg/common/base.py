@@ -32,6 +32,7 @@ from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_npg.common.clip import clip_grad_norm_
+from sb3_npg.common.distributed import CHECKSUM_INTERVAL, DEFAULT_TIMEOUT_SECONDS, Reducer, init_process_group
 from sb3_npg.common.env_checks import FiniteRolloutCheck
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS, analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
@@ -170,6 +171,11 @@ class NonFiniteParametersError(RuntimeError):
     """The policy's parameters hold NaN or inf, so no update can be computed from them."""
 
 
+def _first(observations: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+    """The observations' tensor (the first one of a dict), to count samples."""
+    return next(iter(observations.values())) if isinstance(observations, dict) else observations
+
+
 def _select(
     observations: torch.Tensor | dict[str, torch.Tensor], index: slice | torch.Tensor
 ) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -303,8 +309,15 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         fisher: str = "analytic",
         fisher_sub_sampling_factor: int = 1,
         critic_fit: str = "minibatch",
+        distributed: bool = False,
+        distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         _init_setup_model: bool = True,
     ):
+        if distributed:
+            init_process_group(distributed_timeout)
+        self._reducer = Reducer(distributed)
+        if seed is not None:
+            seed += self._reducer.rank  # each rank explores with its own environments and noise
         super().__init__(
             policy,
             env,
@@ -341,6 +354,8 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.fisher = fisher
         self.fisher_sub_sampling_factor = fisher_sub_sampling_factor
         self.critic_fit = critic_fit
+        self.distributed = distributed
+        self.distributed_timeout = distributed_timeout
         self.skipped_steps = 0
         self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_EVENTS, 0)
         self.use_sde = use_sde
@@ -411,6 +426,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.policy.optimizer = _make_critic_optimizer(
             self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
         )
+        self._reducer.broadcast_(list(self.policy.parameters()))  # every rank starts from rank 0's weights
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
         """SB3's callbacks, after :class:`~sb3_npg.common.env_checks.FiniteRolloutCheck`: NaN or inf from the
@@ -481,7 +497,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         )
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_actor_params", "_critic_params"]
+        return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer"]
 
     # ------------------------------------------------------------------ the update
 
@@ -489,6 +505,8 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         """One update: a natural step per policy batch, then the critic fit, then one log record."""
         self._check_parameters_finite()
         self._check_rollout_finite()
+        if self._n_updates % CHECKSUM_INTERVAL == 0:
+            self._reducer.check_same(list(self.policy.parameters()), "policy parameters")
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         rollout = self._rollout_tensors()
@@ -539,13 +557,27 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.long().flatten()
         advantages = rollout.advantages[index]
-        if self.normalize_advantage and len(advantages) >= MIN_NORMALIZED_ROLLOUT:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + ADVANTAGE_NORMALIZATION_EPS)
+        if self.normalize_advantage:
+            advantages = self._normalized(advantages)
         size = len(advantages)
         step = self.policy_batch_size or size
         for start in range(0, size, step):
             part = slice(start, start + step)
             yield _PolicyBatch(_select(observations, part), actions[part], advantages[part])
+
+    def _normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """Advantages minus their mean over all samples, over their (unbiased) standard deviation there. Across ranks
+        in two passes, mean then squared deviations, as stable as the single-process formula."""
+        if not self._reducer.enabled:
+            if len(advantages) < MIN_NORMALIZED_ROLLOUT:
+                return advantages
+            return (advantages - advantages.mean()) / (advantages.std() + ADVANTAGE_NORMALIZATION_EPS)
+        total, count = self._reducer.sum(torch.stack([advantages.sum(), advantages.new_tensor(float(len(advantages)))]))
+        if count < MIN_NORMALIZED_ROLLOUT:
+            return advantages
+        mean = total / count
+        variance = self._reducer.sum((advantages - mean).square().sum()) / (count - 1)
+        return (advantages - mean) / (variance.sqrt() + ADVANTAGE_NORMALIZATION_EPS)
 
     def _natural_step(self, batch: _PolicyBatch, stats: WeightedMeans) -> None:
         """Propose one KL-scaled natural step on ``batch`` from the current parameters, and hand it to the hook."""
@@ -565,10 +597,12 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             with torch.no_grad():
                 candidate = self.policy.get_distribution(batch.observations)
                 candidate_ratio = torch.exp(candidate.log_prob(batch.actions) - base_log_prob)
-                return float((batch.advantages * candidate_ratio).mean()), float(mean_kl(old_distribution, candidate))
+                local = torch.stack([(batch.advantages * candidate_ratio).mean(), mean_kl(old_distribution, candidate)])
+                candidate_surrogate, candidate_kl = self._reducer.mean(local, weight).tolist()
+                return candidate_surrogate, candidate_kl
 
         try:
-            proposal, diagnostics = self._propose_step(surrogate, fisher, evaluate)
+            proposal, diagnostics = self._propose_step(surrogate, weight, fisher, evaluate)
         except _SkippedStep as skipped:
             self._skip_step(skipped, surrogate.item(), weight, stats)
             return
@@ -612,15 +646,21 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 with torch.no_grad():
                     old_distribution = copy.copy(self.policy.get_distribution(observations))
         if self.fisher == "analytic":
-            return analytic_fisher_product(distribution, self._actor_params, self.cg_damping)
-        return fisher_vector_product(mean_kl(old_distribution, distribution), self._actor_params, self.cg_damping)
+            product = analytic_fisher_product(distribution, self._actor_params, self.cg_damping)
+        else:
+            product = fisher_vector_product(mean_kl(old_distribution, distribution), self._actor_params, self.cg_damping)
+        if not self._reducer.enabled:
+            return product
+        weight = len(_first(observations))
+        return lambda vector: self._reducer.mean(product(vector), weight)
 
     def _propose_step(
-        self, surrogate: torch.Tensor, fisher: MatVec, evaluate: Callable[[], tuple[float, float]]
+        self, surrogate: torch.Tensor, weight: int, fisher: MatVec, evaluate: Callable[[], tuple[float, float]]
     ) -> tuple[StepProposal, dict[str, float]]:
-        """Gradient, conjugate gradient and KL scaling; raises :class:`_SkippedStep` on any non-finite quantity."""
+        """Gradient, conjugate gradient and KL scaling; raises :class:`_SkippedStep` on any non-finite quantity.
+        ``weight`` is the batch's number of samples, which weights this rank's gradient in a distributed update."""
         params = self._actor_params
-        gradient = flat_grad(surrogate, params, retain_graph=True)
+        gradient = self._reducer.mean(flat_grad(surrogate, params, retain_graph=True), weight)
         gradient_norm = float(torch.linalg.vector_norm(gradient))
         if not math.isfinite(gradient_norm):
             raise _SkippedStep("non_finite_gradient", "the policy gradient is not finite")
@@ -643,7 +683,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             params=params,
             start=get_flat_params(params),
             full_step=full_step,
-            surrogate_before=surrogate.item(),
+            surrogate_before=float(self._reducer.mean(surrogate.detach(), weight)),
             evaluate=evaluate,
         )
         diagnostics = {
@@ -697,13 +737,15 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         return self._fit_critic_minibatch(observations, returns)
 
     def _critic_gradient(self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor) -> torch.Tensor:
-        """The value loss on a batch, with its gradient put into the critic's own parameters (none for the actor's)."""
+        """The value loss on a batch, with its gradient put into the critic's own parameters (none for the actor's);
+        in a distributed update both are means over every rank's batch."""
         values = self.policy.predict_values(observations).flatten()
         value_loss = F.mse_loss(values, returns)
         grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
         for param, grad in zip(self._critic_params, grads, strict=True):
             param.grad = grad
-        return value_loss.detach()
+        self._reducer.mean_gradients(self._critic_params, len(returns))
+        return self._reducer.mean(value_loss.detach(), len(returns))
 
     def _fit_critic_minibatch(
         self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor

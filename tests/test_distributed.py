@@ -1,0 +1,129 @@
+"""Data-parallel updates: two ranks given half a batch each take exactly the step one process takes on all of it."""
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from stable_baselines3.common.logger import configure
+
+from sb3_npg import NPG, TRPO
+from sb3_npg.common.distributed import DistributedError, Reducer
+
+N_SAMPLES = 256
+WORLD_SIZE = 2
+CASES = [(NPG, "CartPole-v1"), (NPG, "Pendulum-v1"), (TRPO, "CartPole-v1"), (TRPO, "Pendulum-v1")]
+BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
+#: The largest relative difference tolerated between the distributed and the single-process parameters.
+RELATIVE_TOLERANCE = 1e-6
+
+
+def _settings(n_steps, distributed=False):
+    # The critic fits its whole (local) batch in one step per epoch, so its update does not depend on the shuffle.
+    return {
+        "n_steps": n_steps,
+        "batch_size": n_steps,
+        "n_critic_updates": 3,
+        "policy_kwargs": {"net_arch": [16]},
+        "seed": 0,
+        "device": "cpu",
+        "distributed": distributed,
+    }
+
+
+def _fixed_batch(algo, env_id):
+    """One rollout of N_SAMPLES steps from a seeded model, as arrays."""
+    model = algo("MlpPolicy", env_id, **_settings(N_SAMPLES))
+    _, callback = model._setup_learn(N_SAMPLES)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, N_SAMPLES)
+    return {field: getattr(model.rollout_buffer, field).copy() for field in BUFFER_FIELDS}
+
+
+def _train_on(model, batch, rows):
+    """Put ``batch[rows]`` into the model's rollout buffer, run one update, return all parameters flattened."""
+    buffer = model.rollout_buffer
+    for field in BUFFER_FIELDS:
+        getattr(buffer, field)[:] = batch[field][rows]
+    buffer.full, buffer.generator_ready = True, False
+    model.set_logger(configure(None, []))
+    model.train()
+    return torch.cat([param.detach().flatten() for param in model.policy.parameters()])
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _rank_main(rank, port, batches, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    torch.set_num_threads(1)
+    half = N_SAMPLES // WORLD_SIZE
+    rows = slice(rank * half, (rank + 1) * half)
+    results = []
+    for (algo, env_id), batch in zip(CASES, batches, strict=True):
+        model = algo("MlpPolicy", env_id, **_settings(half, distributed=True))
+        results.append(_train_on(model, batch, rows))
+    if rank == 0:
+        torch.save(results, out)
+    dist.destroy_process_group()
+
+
+def test_two_ranks_with_half_a_batch_each_make_the_single_process_update(tmp_path):
+    batches = [_fixed_batch(algo, env_id) for algo, env_id in CASES]
+    expected = [
+        _train_on(algo("MlpPolicy", env_id, **_settings(N_SAMPLES)), batch, slice(None))
+        for (algo, env_id), batch in zip(CASES, batches, strict=True)
+    ]
+    out = tmp_path / "rank0.pt"
+    mp.spawn(_rank_main, args=(_free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
+    for (algo, env_id), got, want in zip(CASES, torch.load(out), expected, strict=True):
+        start = torch.cat(
+            [p.detach().flatten() for p in algo("MlpPolicy", env_id, **_settings(N_SAMPLES)).policy.parameters()]
+        )
+        assert not torch.equal(want, start), "the update must move the parameters"
+        difference = float((got - want).norm() / want.norm())
+        assert difference < RELATIVE_TOLERANCE, f"{algo.__name__} on {env_id}: relative difference {difference:.2e}"
+
+
+def test_a_single_process_reducer_is_the_identity():
+    reducer = Reducer(enabled=True)  # no process group: nothing to reduce over
+    value = torch.arange(3.0)
+    assert not reducer.enabled and reducer.mean(value, 7) is value and reducer.world_size == 1
+
+
+def test_distributed_without_a_process_group_says_how_to_launch(monkeypatch):
+    for variable in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(DistributedError, match="torchrun"):
+        NPG("MlpPolicy", "CartPole-v1", distributed=True)
+
+
+def _diverged_main(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    model = NPG("MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, distributed=True)
+    if rank == 1:
+        with torch.no_grad():
+            next(model.policy.parameters()).add_(1.0)
+    try:
+        model._reducer.check_same(list(model.policy.parameters()), "policy parameters")
+    except DistributedError as error:
+        if rank == 0:
+            out.write_text(str(error))
+    dist.destroy_process_group()
+
+
+def test_diverged_parameters_are_detected_on_every_rank(tmp_path):
+    out = tmp_path / "error.txt"
+    mp.spawn(_diverged_main, args=(_free_port(), out), nprocs=WORLD_SIZE, join=True)
+    assert "have diverged" in out.read_text()
+
+
+def test_reducer_means_are_weighted_by_samples():
+    batch = np.arange(6.0)
+    assert float(np.average([batch[:2].mean(), batch[2:].mean()], weights=[2, 4])) == pytest.approx(batch.mean())
