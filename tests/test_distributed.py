@@ -127,3 +127,88 @@ def test_diverged_parameters_are_detected_on_every_rank(tmp_path):
 def test_reducer_means_are_weighted_by_samples():
     batch = np.arange(6.0)
     assert float(np.average([batch[:2].mean(), batch[2:].mean()], weights=[2, 4])) == pytest.approx(batch.mean())
+
+
+def _normalization_main(rank, port, samples, out):
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    dist.init_process_group("gloo")
+    reducer = Reducer(enabled=True)
+    wrapper = type("FakeVecNormalize", (), {"obs_rms": RunningMeanStd(shape=(3,)), "ret_rms": RunningMeanStd(shape=())})()
+    base = {}
+    for round_samples in samples:  # two rounds: the second un-merges the combined first round
+        wrapper.obs_rms.update(round_samples[rank])
+        wrapper.ret_rms.update(round_samples[rank][:, 0])
+        base = reducer.combine_normalization(wrapper, base)
+    if rank == 0:
+        torch.save((wrapper.obs_rms.mean, wrapper.obs_rms.var, wrapper.obs_rms.count, wrapper.ret_rms.var), out)
+    dist.destroy_process_group()
+
+
+def test_vec_normalize_statistics_become_those_of_all_ranks_samples(tmp_path):
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    generator = np.random.default_rng(0)
+    samples = [[generator.normal(rank, 1.0 + rank, size=(50, 3)) for rank in range(WORLD_SIZE)] for _ in range(2)]
+    out = tmp_path / "moments.pt"
+    mp.spawn(_normalization_main, args=(_free_port(), samples, out), nprocs=WORLD_SIZE, join=True)
+    mean, var, count, return_var = torch.load(out, weights_only=False)
+    everything = np.concatenate([block for round_samples in samples for block in round_samples])
+    reference = RunningMeanStd(shape=(3,))
+    reference.update(everything)
+    assert np.allclose(mean, reference.mean) and np.allclose(var, reference.var, rtol=1e-6)
+    assert count == pytest.approx(reference.count, abs=WORLD_SIZE * 1e-4)  # each rank's initial epsilon count, once
+    assert return_var == pytest.approx(everything[:, 0].var(), rel=1e-3)
+
+
+def _stalled_main(rank, port, out):
+    import time
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    model = NPG(
+        "MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, distributed=True, distributed_timeout=2
+    )
+    if rank == 1:
+        time.sleep(STALL_SECONDS)  # a stalled rank: rank 0's collectives time out
+        return
+    start = time.monotonic()
+    try:
+        model.learn(256)
+    except DistributedError as error:
+        out.write_text(f"{time.monotonic() - start}\n{error}")
+
+
+STALL_SECONDS = 15
+
+
+def test_a_stalled_rank_stops_the_others_with_a_clear_error_within_the_timeout(tmp_path):
+    out = tmp_path / "error.txt"
+    mp.spawn(_stalled_main, args=(_free_port(), out), nprocs=WORLD_SIZE, join=True)
+    elapsed, message = out.read_text().split("\n", 1)
+    assert float(elapsed) < STALL_SECONDS and "another rank has died or stalled" in message
+
+
+def _learn_main(rank, port, folder):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    model = TRPO("MlpPolicy", "Pendulum-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, seed=0, distributed=True)
+    checkpoint = CheckpointCallback(64, str(folder / f"rank{rank}"), name_prefix="model")
+    model.learn(4 * 64, callback=checkpoint)
+    torch.save([p.detach() for p in model.policy.parameters()], folder / f"params{rank}.pt")
+    if rank == 0:
+        model.save(folder / "model")
+    dist.destroy_process_group()
+
+
+def test_distributed_learn_splits_the_budget_keeps_ranks_identical_and_only_rank_0_saves(tmp_path):
+    mp.spawn(_learn_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    first, second = (torch.load(tmp_path / f"params{rank}.pt") for rank in range(WORLD_SIZE))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    # Rank 0's callback sees its own steps added to the count at the rollout's start: 64, then 128 + 64.
+    assert {path.name for path in (tmp_path / "rank0").iterdir()} == {"model_64_steps.zip", "model_192_steps.zip"}
+    assert not (tmp_path / "rank1").exists()
+    loaded = TRPO.load(tmp_path / "model", device="cpu")  # a plain single process
+    assert loaded.num_timesteps == 4 * 64 and not loaded._reducer.enabled
+    assert all(torch.equal(a, b) for a, b in zip(first, loaded.policy.parameters(), strict=True))

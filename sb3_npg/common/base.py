@@ -28,11 +28,18 @@ from stable_baselines3.common.policies import (
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_npg.common.clip import clip_grad_norm_
-from sb3_npg.common.distributed import CHECKSUM_INTERVAL, DEFAULT_TIMEOUT_SECONDS, Reducer, init_process_group
+from sb3_npg.common.distributed import (
+    CHECKSUM_INTERVAL,
+    DEFAULT_TIMEOUT_SECONDS,
+    Moments,
+    Reducer,
+    init_process_group,
+)
 from sb3_npg.common.env_checks import FiniteRolloutCheck
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS, analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
@@ -356,6 +363,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.critic_fit = critic_fit
         self.distributed = distributed
         self.distributed_timeout = distributed_timeout
+        self._normalization_base: dict[str, Moments] = {}
         self.skipped_steps = 0
         self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_EVENTS, 0)
         self.use_sde = use_sde
@@ -442,9 +450,16 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        """SB3's rollout collection, refused up front when the policy's parameters are not finite."""
+        """
+        SB3's rollout collection, refused up front when the policy's parameters are not finite. With
+        ``distributed=True``, ``num_timesteps`` counts every rank's samples once the rollout is complete (during it,
+        the callbacks see this rank's steps added to the count at its start).
+        """
         self._check_parameters_finite()
-        return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        start = self.num_timesteps
+        complete = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        self.num_timesteps = start + (self.num_timesteps - start) * self._reducer.world_size
+        return complete
 
     def save(self, path: PathLike, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
         """
@@ -486,7 +501,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         :return: the loaded model
         """
         check_saved_model(path, cls.__name__)
-        return super().load(
+        model = super().load(
             path,
             env=env,
             device=device,
@@ -495,9 +510,13 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             force_reset=force_reset,
             **kwargs,
         )
+        # A model saved by a distributed run loads in a plain process (the reducer is then the identity) and joins
+        # the ranks again when loaded under torchrun with a process group initialized.
+        model._reducer = Reducer(model.distributed)
+        return model
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer"]
+        return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer", "_normalization_base"]
 
     # ------------------------------------------------------------------ the update
 
@@ -507,6 +526,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self._check_rollout_finite()
         if self._n_updates % CHECKSUM_INTERVAL == 0:
             self._reducer.check_same(list(self.policy.parameters()), "policy parameters")
+        vec_normalize = self.get_vec_normalize_env()
+        if vec_normalize is not None:
+            self._normalization_base = self._reducer.combine_normalization(vec_normalize, self._normalization_base)
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         rollout = self._rollout_tensors()
@@ -827,7 +849,13 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         :param reset_num_timesteps: whether to reset the current timestep count (used in logging)
         :param progress_bar: display a progress bar using tqdm and rich
         :return: the trained model
+
+        With ``distributed=True``, ``total_timesteps`` and ``num_timesteps`` count the samples of all ranks (each rank
+        collects its share), and only rank 0 logs and runs the callbacks (evaluation, checkpoints) and the progress bar.
         """
+        if self._reducer.rank != 0:
+            callback, progress_bar = None, False
+            self.set_logger(configure(None, []))
         return super().learn(
             total_timesteps=total_timesteps,
             callback=callback,
