@@ -212,3 +212,33 @@ def test_distributed_learn_splits_the_budget_keeps_ranks_identical_and_only_rank
     loaded = TRPO.load(tmp_path / "model", device="cpu")  # a plain single process
     assert loaded.num_timesteps == 4 * 64 and not loaded._reducer.enabled
     assert all(torch.equal(a, b) for a, b in zip(first, loaded.policy.parameters(), strict=True))
+
+
+def test_rank_arguments_add_the_option_offset_the_seed_and_silence_other_ranks():
+    from sb3_npg.distributed import rank_arguments
+
+    given = ["--algo", "npg", "--env", "CartPole-v1", "-f", "logs", "--seed", "3", "-params", "n_steps:64"]
+    first = rank_arguments(given, rank=0)
+    assert first[first.index("--seed") + 1] == "3" and first[first.index("-f") + 1] == "logs"
+    assert first[first.index("-params") + 1 :][:2] == ["distributed:True", "n_steps:64"]
+    second = rank_arguments(given, rank=1, log_folder="/tmp/scratch")
+    assert second[second.index("--seed") + 1] == "4" and second[second.index("-f") + 1] == "/tmp/scratch"
+    assert second[second.index("--eval-freq") + 1] == "-1" and second[second.index("--save-freq") + 1] == "-1"
+    assert "--conf-file" in second  # our shipped file, as sb3-npg-zoo train reads it
+
+
+def test_torchrun_launch_trains_on_two_ranks_and_rank_0_saves_a_plain_model(tmp_path):
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+        "-m", "sb3_npg.distributed", "--algo", "npg", "--env", "CartPole-v1", "-n", "2048", "-f", str(tmp_path),
+        "--seed", "0", "--distributed-timeout", "60", "-params", "n_steps:256", "n_envs:2", "policy_kwargs:dict(net_arch=[8])",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run(command, check=True, capture_output=True, timeout=300, env=env)
+    (saved,) = tmp_path.glob("npg/CartPole-v1_*/CartPole-v1.zip")
+    model = NPG.load(saved, device="cpu")
+    assert model.num_timesteps == 2048 and model.distributed and not model._reducer.enabled
+    assert len(list(tmp_path.glob("npg/CartPole-v1_*/*.monitor.csv"))) == 2  # rank 0's two environments only
