@@ -766,8 +766,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
         for param, grad in zip(self._critic_params, grads, strict=True):
             param.grad = grad
-        self._reducer.mean_gradients(self._critic_params, len(returns))
-        return self._reducer.mean(value_loss.detach(), len(returns))
+        return self._reducer.mean_gradients(self._critic_params, len(returns), value_loss.detach())
 
     def _fit_critic_minibatch(
         self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor

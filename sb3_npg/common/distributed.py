@@ -133,16 +133,25 @@ class Reducer:
         self._all_reduce(total)
         return total
 
-    def mean_gradients(self, params: list[torch.nn.Parameter], weight: float) -> None:
-        """Replace each parameter's ``.grad`` by its sample-weighted mean over all ranks (in one collective)."""
+    def mean_gradients(self, params: list[torch.nn.Parameter], weight: float, loss: torch.Tensor) -> torch.Tensor:
+        """
+        Replace each parameter's ``.grad`` by its sample-weighted mean over all ranks, in one collective that also
+        averages ``loss`` (one message per critic minibatch, not two).
+
+        :param params: the parameters whose gradients to average
+        :param weight: this rank's number of samples
+        :param loss: this rank's loss (a scalar)
+        :return: the loss averaged over all ranks' samples
+        """
         if not self.enabled:
-            return
+            return loss
         grads = [param.grad if param.grad is not None else torch.zeros_like(param) for param in params]
-        flat = self.mean(torch.cat([grad.reshape(-1) for grad in grads]), weight)
+        flat = self.mean(torch.cat([*(grad.reshape(-1) for grad in grads), loss.detach().reshape(1)]), weight)
         offset = 0
         for param, grad in zip(params, grads, strict=True):
             param.grad = flat[offset : offset + grad.numel()].view_as(grad).clone()
             offset += grad.numel()
+        return flat[-1]
 
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
         """Overwrite ``tensors`` in place with rank 0's values."""
