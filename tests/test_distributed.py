@@ -242,3 +242,23 @@ def test_torchrun_launch_trains_on_two_ranks_and_rank_0_saves_a_plain_model(tmp_
     model = NPG.load(saved, device="cpu")
     assert model.num_timesteps == 2048 and model.distributed and not model._reducer.enabled
     assert len(list(tmp_path.glob("npg/CartPole-v1_*/*.monitor.csv"))) == 2  # rank 0's two environments only
+
+
+def _resume_main(rank, port, folder):
+    from stable_baselines3.common.env_util import make_vec_env
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    dist.init_process_group("gloo")
+    checkpoint = folder / "rank0" / "model_64_steps.zip"
+    model = TRPO.load(checkpoint, env=make_vec_env("Pendulum-v1", n_envs=1, seed=rank), device="cpu")
+    model.learn(2 * 64, reset_num_timesteps=False)
+    torch.save(([p.detach() for p in model.policy.parameters()], model.num_timesteps), folder / f"resumed{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_rank_0s_checkpoint_resumes_a_distributed_run(tmp_path):
+    mp.spawn(_learn_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_resume_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    (first, steps), (second, _) = (torch.load(tmp_path / f"resumed{rank}.pt") for rank in range(WORLD_SIZE))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))  # the ranks still take the same steps
+    assert steps == 64 + 2 * 64
