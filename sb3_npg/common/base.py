@@ -434,6 +434,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.policy.optimizer = _make_critic_optimizer(
             self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
         )
+        self._reducer.device = self.device
         self._reducer.broadcast_(list(self.policy.parameters()))  # every rank starts from rank 0's weights
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
@@ -513,6 +514,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         # A model saved by a distributed run loads in a plain process (the reducer is then the identity) and joins
         # the ranks again when loaded under torchrun with a process group initialized.
         model._reducer = Reducer(model.distributed)
+        model._reducer.device = model.device
         return model
 
     def _excluded_save_params(self) -> list[str]:

@@ -110,6 +110,8 @@ class Reducer:
         self.enabled = enabled and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         self.rank = dist.get_rank() if self.enabled else 0
         self.world_size = dist.get_world_size() if self.enabled else 1
+        #: Where tensors built from numpy go before a collective (NCCL reduces CUDA tensors only).
+        self.device = torch.device("cpu")
 
     def mean(self, value: torch.Tensor, weight: float) -> torch.Tensor:
         """
@@ -200,7 +202,9 @@ class Reducer:
                     [[added.count], added.count * added.mean.ravel(), added.count * (added.var + added.mean**2).ravel()]
                 )
             )
+            packed = packed.to(self.device)
             self._all_reduce(packed)
+            packed = packed.cpu()
             count = float(packed[0])
             size = added.mean.size
             mean = (packed[1 : 1 + size].numpy() / max(count, MIN_COUNT)).reshape(added.mean.shape)
