@@ -149,6 +149,45 @@ def _spawn(worker: Any, world_size: int, *args: Any) -> dict[str, Any]:
     return result
 
 
+def estimate(row: dict[str, Any], machines: int, latency: float, bandwidth: float) -> dict[str, float]:
+    """
+    Throughput on ``machines`` machines (one process each) from one measured process count, on paper.
+
+    Per update each machine collects as measured (weak scaling) and computes as measured without its collectives; each
+    collective is a ring all-reduce, ``2 (P - 1)`` messages of latency ``latency`` and ``2 (P - 1) / P`` times the
+    payload over ``bandwidth`` bytes per second.
+
+    :param row: a measured row (its per-update collect, train and collective figures)
+    :param machines: the number of machines ``P``
+    :param latency: seconds per message
+    :param bandwidth: bytes per second per link
+    :return: the seconds per update, of which communication, and the samples per second
+    """
+    compute = row["collect_seconds_per_update"] + row["train_seconds_per_update"] - row["collective_seconds_per_update"]
+    hops = 2 * (machines - 1)
+    communication = (
+        row["collectives_per_update"] * hops * latency + hops / machines * row["payload_bytes_per_update"] / bandwidth
+    )
+    per_machine = row["samples_per_update"] / row["processes"]
+    seconds = compute + communication
+    return {"seconds": seconds, "communication": communication, "samples_per_second": machines * per_machine / seconds}
+
+
+def estimate_table(row: dict[str, Any], machine_counts: list[int], latency: float, bandwidth: float) -> str:
+    """The on-paper estimate as a markdown table."""
+    lines = [
+        f"| machines | s / update | of which communication | samples / s (network: {latency * 1e6:.0f} us per message, "
+        f"{bandwidth / 1e9:.2f} GB/s) |",
+        "|---|---|---|---|",
+    ]
+    for machines in machine_counts:
+        guess = estimate(row, machines, latency, bandwidth)
+        lines.append(
+            f"| {machines} | {guess['seconds']:.2f} | {guess['communication']:.3f} | {guess['samples_per_second']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def tables(throughput: list[dict[str, Any]], all_reduce: list[dict[str, Any]]) -> str:
     """The two markdown tables of the README."""
     lines = [
@@ -180,12 +219,21 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--n-envs", type=int, default=1)
     parser.add_argument("--delay-ms", type=float, default=2.0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--latency-us", type=float, default=50.0, help="network latency per message, for the estimate")
+    parser.add_argument("--bandwidth-gbps", type=float, default=10.0, help="network bandwidth, for the estimate")
+    parser.add_argument("--machines", default="8,64", help="machine counts of the on-paper estimate")
     args = parser.parse_args(argv)
     settings = {"updates": args.updates, "n_steps": args.n_steps, "n_envs": args.n_envs, "delay": args.delay_ms / 1e3}
     counts = [int(count) for count in args.processes.split(",")]
     throughput = [_spawn(_throughput_worker, count, settings) for count in counts]
     all_reduce = [_spawn(_all_reduce_worker, count) for count in counts if count > 1]
     result = tables(throughput, all_reduce)
+    distributed_rows = [row for row in throughput if row["processes"] > 1]
+    if distributed_rows:
+        machine_counts = [int(count) for count in args.machines.split(",")]
+        result += "\n\n" + estimate_table(
+            distributed_rows[0], machine_counts, args.latency_us / 1e6, args.bandwidth_gbps * 1e9 / 8
+        )
     print(result)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
