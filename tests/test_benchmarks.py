@@ -158,3 +158,22 @@ def test_lockstep_our_trpo_update_follows_sb3_contribs_over_consecutive_updates(
     assert all(record["same_fraction"] == 1.0 for record in records)
     assert all(record["ours_std"] == pytest.approx(record["theirs_std"], rel=1e-4) for record in records)
     assert table(records, block=2).count("\n| ") == 2
+
+
+def test_bench_distributed_estimate_adds_ring_all_reduce_costs_to_the_measured_compute():
+    from benchmarks.bench_distributed import estimate
+
+    row = {
+        "processes": 2,
+        "samples_per_update": 1024,
+        "collect_seconds_per_update": 1.0,
+        "train_seconds_per_update": 0.5,
+        "collective_seconds_per_update": 0.1,
+        "collectives_per_update": 10,
+        "payload_bytes_per_update": 1_000_000,
+    }
+    guess = estimate(row, machines=8, latency=1e-4, bandwidth=1e9)
+    communication = 10 * 14 * 1e-4 + 14 / 8 * 1e-3
+    assert guess["communication"] == pytest.approx(communication)
+    assert guess["seconds"] == pytest.approx(1.4 + communication)
+    assert guess["samples_per_second"] == pytest.approx(8 * 512 / (1.4 + communication))

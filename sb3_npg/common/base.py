@@ -7,7 +7,7 @@ import inspect
 import math
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -25,11 +25,22 @@ from stable_baselines3.common.policies import (
     BasePolicy,
     MultiInputActorCriticPolicy,
 )
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_npg.common.clip import clip_grad_norm_
+from sb3_npg.common.distributed import (
+    CHECKSUM_INTERVAL,
+    DEFAULT_TIMEOUT_SECONDS,
+    Moments,
+    Reducer,
+    init_process_group,
+)
+from sb3_npg.common.env_checks import FiniteRolloutCheck
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS, analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
     MatVec,
@@ -40,6 +51,7 @@ from sb3_npg.common.natural_gradient import (
     kl_scaled_step_size,
     set_flat_params_,
 )
+from sb3_npg.common.persistence import FORMAT_KEY, PathLike, check_saved_model, format_record
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import (
@@ -71,6 +83,16 @@ ALWAYS_LOGGED_KEYS = (
     "value_loss",
     "value_grad_norm",
 )
+#: The numerical events an update counts, cumulatively over training, logged as ``train/events/<name>``. The first
+#: five refuse a natural step (the parameters stay as they were); the others let it proceed.
+SKIP_EVENTS = (
+    "zero_gradient",
+    "non_finite_gradient",
+    "non_finite_direction",
+    "non_positive_curvature",
+    "non_finite_step",
+)
+FAULT_EVENTS = (*SKIP_EVENTS, "cg_max_steps_reached", "cg_curvature_failure", "line_search_failed")
 #: The smallest rollout for which advantages can be normalized (a standard deviation needs two samples).
 MIN_NORMALIZED_ROLLOUT = 2
 #: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
@@ -147,6 +169,19 @@ class _PolicyBatch(NamedTuple):
 class _SkippedStep(Exception):
     """Raised inside a natural step when a non-finite or degenerate quantity means the step must not be applied."""
 
+    def __init__(self, event: str, reason: str):
+        super().__init__(reason)
+        self.event = event
+
+
+class NonFiniteParametersError(RuntimeError):
+    """The policy's parameters hold NaN or inf, so no update can be computed from them."""
+
+
+def _first(observations: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+    """The observations' tensor (the first one of a dict), to count samples."""
+    return next(iter(observations.values())) if isinstance(observations, dict) else observations
+
 
 def _select(
     observations: torch.Tensor | dict[str, torch.Tensor], index: slice | torch.Tensor
@@ -164,6 +199,32 @@ def _float64_to_float32(
     if isinstance(observations, dict):
         return {key: _float64_to_float32(value) for key, value in observations.items()}  # type: ignore[misc]
     return observations.float() if observations.dtype == torch.float64 else observations
+
+
+def _warn_if_batches_uneven(name: str, size: int, samples: int, what: str) -> None:
+    """Warn (once, at construction) when batches of ``size`` do not split ``samples`` evenly; training still runs."""
+    if size > samples:
+        message = f"is larger than {what} = {samples}: each epoch uses one batch of all {samples}"
+    elif samples % size != 0:
+        message = (
+            f"does not divide {what} = {samples}: the last batch holds {samples % size} samples "
+            "(its metrics are weighted by its samples)"
+        )
+    else:
+        return
+    warnings.warn(f"`{name}`={size} {message}", UserWarning, stacklevel=4)
+
+
+def _raise_if_not_finite(values: np.ndarray, what: str) -> None:
+    """Raise a ``ValueError`` naming ``what`` when ``values`` (from the environment) hold NaN or inf."""
+    if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+        count = int(np.size(values) - np.isfinite(values).sum())
+        raise ValueError(
+            f"The rollout's {what} hold {count} NaN or inf values: the environment emitted them, and training on them "
+            "would corrupt the policy, so the update is refused. Fix the environment, or wrap it in "
+            "stable_baselines3.common.vec_env.VecCheckNan(env, raise_exception=True) to stop at the step that "
+            "produced them."
+        )
 
 
 def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
@@ -255,8 +316,15 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         fisher: str = "analytic",
         fisher_sub_sampling_factor: int = 1,
         critic_fit: str = "minibatch",
+        distributed: bool = False,
+        distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         _init_setup_model: bool = True,
     ):
+        if distributed:
+            init_process_group(distributed_timeout)
+        self._reducer = Reducer(distributed)
+        if seed is not None:
+            seed += self._reducer.rank  # each rank explores with its own environments and noise
         super().__init__(
             policy,
             env,
@@ -267,7 +335,7 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             ent_coef=0.0,  # no entropy bonus: the natural step follows the surrogate alone
             vf_coef=0.0,  # the critic is fitted separately
             max_grad_norm=0.0,  # replaced below by our own option, which may be None
-            use_sde=use_sde,
+            use_sde=False,  # set below, so that our check names the option (SB3 asserts it without the name)
             sde_sample_freq=sde_sample_freq,
             rollout_buffer_class=rollout_buffer_class,
             rollout_buffer_kwargs=rollout_buffer_kwargs,
@@ -293,7 +361,12 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.fisher = fisher
         self.fisher_sub_sampling_factor = fisher_sub_sampling_factor
         self.critic_fit = critic_fit
+        self.distributed = distributed
+        self.distributed_timeout = distributed_timeout
+        self._normalization_base: dict[str, Moments] = {}
         self.skipped_steps = 0
+        self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_EVENTS, 0)
+        self.use_sde = use_sde
         self._validate_hyperparameters()
         if self.env is not None:
             self._validate_environment()
@@ -321,8 +394,9 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         check_choice("fisher", self.fisher, FISHER_PRODUCTS)
         check_int("fisher_sub_sampling_factor", self.fisher_sub_sampling_factor, 1)
         check_choice("critic_fit", self.critic_fit, CRITIC_FITS)
-        if not isinstance(self.normalize_advantage, bool):
-            raise ValueError(f"`normalize_advantage` must be a bool, got {self.normalize_advantage!r}")
+        for name in ("normalize_advantage", "use_sde"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
             raise ValueError(f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}")
 
@@ -334,20 +408,19 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 f"{type(self).__name__} does not support the action space {self.action_space}: "
                 f"supported action spaces are {names}"
             )
+        if self.use_sde and not isinstance(self.action_space, spaces.Box):
+            raise ValueError(f"`use_sde=True` needs a Box action space (gSDE is Gaussian noise), got {self.action_space}")
         rollout_size = self.n_steps * self.n_envs
         if self.normalize_advantage and rollout_size < MIN_NORMALIZED_ROLLOUT:
             raise ValueError(
                 f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
                 f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
             )
-        for name, size in (("batch_size", self.batch_size), ("policy_batch_size", self.policy_batch_size)):
-            if size is not None and size > rollout_size:
-                warnings.warn(
-                    f"`{name}`={size} is larger than the rollout (n_steps * n_envs = {rollout_size}): "
-                    "each epoch uses one batch of the whole rollout",
-                    UserWarning,
-                    stacklevel=3,
-                )
+        policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
+        _warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")
+        if self.policy_batch_size is not None:
+            where = "the policy's samples (n_steps * n_envs / sub_sampling_factor, rounded up)"
+            _warn_if_batches_uneven("policy_batch_size", self.policy_batch_size, policy_samples, where)
 
     def _setup_model(self) -> None:
         super()._setup_model()
@@ -361,14 +434,103 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         self.policy.optimizer = _make_critic_optimizer(
             self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
         )
+        self._reducer.device = self.device
+        self._reducer.broadcast_(list(self.policy.parameters()))  # every rank starts from rank 0's weights
+
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        """SB3's callbacks, after :class:`~sb3_npg.common.env_checks.FiniteRolloutCheck`: NaN or inf from the
+        environment stop training before any callback, the policy or the rollout buffer sees them."""
+        if callback is None:
+            callbacks: list[BaseCallback] = []
+        elif isinstance(callback, list):
+            callbacks = callback
+        else:
+            callbacks = [callback if isinstance(callback, BaseCallback) else ConvertCallback(callback)]
+        return super()._init_callback([FiniteRolloutCheck(), *callbacks], progress_bar)
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """
+        SB3's rollout collection, refused up front when the policy's parameters are not finite. With
+        ``distributed=True``, ``num_timesteps`` counts every rank's samples once the rollout is complete (during it,
+        the callbacks see this rank's steps added to the count at its start).
+        """
+        self._check_parameters_finite()
+        start = self.num_timesteps
+        complete = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        self.num_timesteps = start + (self.num_timesteps - start) * self._reducer.world_size
+        return complete
+
+    def save(self, path: PathLike, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
+        """
+        Save the model as SB3 does, with a record of the saving algorithm and file format that ``load`` checks.
+
+        :param path: the file (``.zip`` is added when missing) or a file object
+        :param exclude: names of attributes not to save, in addition to the default ones
+        :param include: names of attributes to save even if they would be excluded
+        """
+        setattr(self, FORMAT_KEY, format_record(type(self).__name__))
+        super().save(path, exclude=exclude, include=include)
+
+    @classmethod
+    def load(
+        cls: type[SelfNaturalPolicyGradient],
+        path: PathLike,
+        env: GymEnv | None = None,
+        device: torch.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfNaturalPolicyGradient:
+        """
+        Load a model saved by this algorithm (see SB3's ``BaseAlgorithm.load``).
+
+        Before SB3 deserializes anything, the archive's JSON is read and checked: a file that is not an intact model
+        archive, holds another algorithm, or comes from a newer file format gets a ``ValueError`` saying what to do.
+        SB3 then unpickles the objects embedded in the archive (the policy class, schedules, spaces): load only files
+        you trust, or replace those entries with ``custom_objects``.
+
+        :param path: the saved file (``.zip`` may be omitted) or a file object
+        :param env: the environment to continue with (its spaces must match the saved ones)
+        :param device: the device to put the model on
+        :param custom_objects: entries of the saved data to replace instead of unpickling them
+        :param print_system_info: print the system information of the machine that saved the model
+        :param force_reset: reset the environment before the next ``learn()``
+        :param kwargs: attributes to set on the loaded model
+        :return: the loaded model
+        """
+        check_saved_model(path, cls.__name__)
+        model = super().load(
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+        # A model saved by a distributed run loads in a plain process (the reducer is then the identity) and joins
+        # the ranks again when loaded under torchrun with a process group initialized.
+        model._reducer = Reducer(model.distributed)
+        model._reducer.device = model.device
+        return model
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_actor_params", "_critic_params"]
+        return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer", "_normalization_base"]
 
     # ------------------------------------------------------------------ the update
 
     def train(self) -> None:
         """One update: a natural step per policy batch, then the critic fit, then one log record."""
+        self._check_parameters_finite()
+        self._check_rollout_finite()
+        if self._n_updates % CHECKSUM_INTERVAL == 0:
+            self._reducer.check_same(list(self.policy.parameters()), "policy parameters")
+        vec_normalize = self.get_vec_normalize_env()
+        if vec_normalize is not None:
+            self._normalization_base = self._reducer.combine_normalization(vec_normalize, self._normalization_base)
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         rollout = self._rollout_tensors()
@@ -378,6 +540,28 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             self._n_updates += 1
         critic_stats = self._fit_critic(rollout.observations, rollout.returns)
         self._record_logs(policy_stats.means(), critic_stats.means())
+
+    def _check_parameters_finite(self) -> None:
+        """Refuse to update from non-finite parameters, naming them and how to recover."""
+        broken = [name for name, param in self.policy.named_parameters() if not bool(torch.isfinite(param).all())]
+        if broken:
+            name = type(self).__name__
+            raise NonFiniteParametersError(
+                f"{name}: the policy parameters {', '.join(broken)} hold NaN or inf, so this update is refused. "
+                f"The model cannot recover by itself: load the last good checkpoint ({name}.load(path, env=env), for "
+                "example one written by CheckpointCallback) or restore good weights with model.set_parameters(...), "
+                "then make the problem better conditioned (normalize observations and rewards with VecNormalize, "
+                "lower target_kl or learning_rate)."
+            )
+
+    def _check_rollout_finite(self) -> None:
+        """Refuse to train on a rollout whose observations or rewards hold NaN or inf, naming which."""
+        buffer = self.rollout_buffer
+        observations = buffer.observations
+        parts = observations.items() if isinstance(observations, dict) else [("", observations)]
+        for key, values in parts:
+            _raise_if_not_finite(values, f"observations{f'[{key!r}]' if key else ''}")
+        _raise_if_not_finite(buffer.rewards, "rewards")
 
     def _rollout_tensors(self) -> _RolloutTensors:
         """
@@ -397,13 +581,27 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         if isinstance(self.action_space, spaces.Discrete):
             actions = actions.long().flatten()
         advantages = rollout.advantages[index]
-        if self.normalize_advantage and len(advantages) >= MIN_NORMALIZED_ROLLOUT:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + ADVANTAGE_NORMALIZATION_EPS)
+        if self.normalize_advantage:
+            advantages = self._normalized(advantages)
         size = len(advantages)
         step = self.policy_batch_size or size
         for start in range(0, size, step):
             part = slice(start, start + step)
             yield _PolicyBatch(_select(observations, part), actions[part], advantages[part])
+
+    def _normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """Advantages minus their mean over all samples, over their (unbiased) standard deviation there. Across ranks
+        in two passes, mean then squared deviations, as stable as the single-process formula."""
+        if not self._reducer.enabled:
+            if len(advantages) < MIN_NORMALIZED_ROLLOUT:
+                return advantages
+            return (advantages - advantages.mean()) / (advantages.std() + ADVANTAGE_NORMALIZATION_EPS)
+        total, count = self._reducer.sum(torch.stack([advantages.sum(), advantages.new_tensor(float(len(advantages)))]))
+        if count < MIN_NORMALIZED_ROLLOUT:
+            return advantages
+        mean = total / count
+        variance = self._reducer.sum((advantages - mean).square().sum()) / (count - 1)
+        return (advantages - mean) / (variance.sqrt() + ADVANTAGE_NORMALIZATION_EPS)
 
     def _natural_step(self, batch: _PolicyBatch, stats: WeightedMeans) -> None:
         """Propose one KL-scaled natural step on ``batch`` from the current parameters, and hand it to the hook."""
@@ -423,14 +621,21 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
             with torch.no_grad():
                 candidate = self.policy.get_distribution(batch.observations)
                 candidate_ratio = torch.exp(candidate.log_prob(batch.actions) - base_log_prob)
-                return float((batch.advantages * candidate_ratio).mean()), float(mean_kl(old_distribution, candidate))
+                local = torch.stack([(batch.advantages * candidate_ratio).mean(), mean_kl(old_distribution, candidate)])
+                candidate_surrogate, candidate_kl = self._reducer.mean(local, weight).tolist()
+                return candidate_surrogate, candidate_kl
 
         try:
-            proposal, diagnostics = self._propose_step(surrogate, fisher, evaluate)
-        except _SkippedStep as reason:
-            self._skip_step(str(reason), surrogate.item(), weight, stats)
+            proposal, diagnostics = self._propose_step(surrogate, weight, fisher, evaluate)
+        except _SkippedStep as skipped:
+            self._skip_step(skipped, surrogate.item(), weight, stats)
             return
-        outcome = self._accept_step(proposal)
+        try:
+            outcome = self._accept_step(proposal)
+        except BaseException:  # KeyboardInterrupt mid line search: leave the last accepted parameters, not a candidate
+            proposal.apply(0.0)
+            raise
+        self._count_event("line_search_failed", self.has_line_search and outcome.fraction == 0.0)
         stats.add(
             weight,
             **diagnostics,
@@ -465,36 +670,44 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
                 with torch.no_grad():
                     old_distribution = copy.copy(self.policy.get_distribution(observations))
         if self.fisher == "analytic":
-            return analytic_fisher_product(distribution, self._actor_params, self.cg_damping)
-        return fisher_vector_product(mean_kl(old_distribution, distribution), self._actor_params, self.cg_damping)
+            product = analytic_fisher_product(distribution, self._actor_params, self.cg_damping)
+        else:
+            product = fisher_vector_product(mean_kl(old_distribution, distribution), self._actor_params, self.cg_damping)
+        if not self._reducer.enabled:
+            return product
+        weight = len(_first(observations))
+        return lambda vector: self._reducer.mean(product(vector), weight)
 
     def _propose_step(
-        self, surrogate: torch.Tensor, fisher: MatVec, evaluate: Callable[[], tuple[float, float]]
+        self, surrogate: torch.Tensor, weight: int, fisher: MatVec, evaluate: Callable[[], tuple[float, float]]
     ) -> tuple[StepProposal, dict[str, float]]:
-        """Gradient, conjugate gradient and KL scaling; raises :class:`_SkippedStep` on any non-finite quantity."""
+        """Gradient, conjugate gradient and KL scaling; raises :class:`_SkippedStep` on any non-finite quantity.
+        ``weight`` is the batch's number of samples, which weights this rank's gradient in a distributed update."""
         params = self._actor_params
-        gradient = flat_grad(surrogate, params, retain_graph=True)
+        gradient = self._reducer.mean(flat_grad(surrogate, params, retain_graph=True), weight)
         gradient_norm = float(torch.linalg.vector_norm(gradient))
         if not math.isfinite(gradient_norm):
-            raise _SkippedStep("the policy gradient is not finite")
+            raise _SkippedStep("non_finite_gradient", "the policy gradient is not finite")
         if gradient_norm == 0.0:
-            raise _SkippedStep("the policy gradient is zero (are all advantages equal?)")
+            raise _SkippedStep("zero_gradient", "the policy gradient is zero (are all advantages equal?)")
         solve = conjugate_gradient(fisher, gradient, self.cg_max_steps, self.cg_residual_tol)
+        self._count_event("cg_curvature_failure", solve.curvature_failure)
+        self._count_event("cg_max_steps_reached", not solve.converged and not solve.curvature_failure)
         direction = solve.solution
         if not bool(torch.isfinite(direction).all()):
-            raise _SkippedStep("the conjugate-gradient direction is not finite")
+            raise _SkippedStep("non_finite_direction", "the conjugate-gradient direction is not finite")
         curvature = float(torch.dot(direction, fisher(direction)))
         step_size = kl_scaled_step_size(curvature, self.target_kl)
         if not math.isfinite(step_size):
-            raise _SkippedStep(f"the curvature s^T F s = {curvature} is not positive and finite")
+            raise _SkippedStep("non_positive_curvature", f"the curvature s^T F s = {curvature} is not positive and finite")
         full_step = step_size * direction
         if not bool(torch.isfinite(full_step).all()):
-            raise _SkippedStep("the natural step is not finite")
+            raise _SkippedStep("non_finite_step", "the natural step is not finite")
         proposal = StepProposal(
             params=params,
             start=get_flat_params(params),
             full_step=full_step,
-            surrogate_before=surrogate.item(),
+            surrogate_before=float(self._reducer.mean(surrogate.detach(), weight)),
             evaluate=evaluate,
         )
         diagnostics = {
@@ -505,11 +718,17 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         }
         return proposal, diagnostics
 
-    def _skip_step(self, reason: str, surrogate: float, weight: int, stats: WeightedMeans) -> None:
-        """Leave the parameters as they are, count the skip and say why."""
+    def _count_event(self, event: str, happened: bool = True) -> None:
+        """Count one of :data:`FAULT_EVENTS` when it happened."""
+        if happened:
+            self.fault_counts[event] = self.fault_counts.get(event, 0) + 1
+
+    def _skip_step(self, skipped: _SkippedStep, surrogate: float, weight: int, stats: WeightedMeans) -> None:
+        """Leave the parameters as they are, count the skip and its cause, and say why."""
         self.skipped_steps += 1
+        self._count_event(skipped.event)
         warnings.warn(
-            f"{type(self).__name__}: natural step skipped because {reason}; the policy parameters are unchanged",
+            f"{type(self).__name__}: natural step skipped because {skipped}; the policy parameters are unchanged",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -542,13 +761,14 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         return self._fit_critic_minibatch(observations, returns)
 
     def _critic_gradient(self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor) -> torch.Tensor:
-        """The value loss on a batch, with its gradient put into the critic's own parameters (none for the actor's)."""
+        """The value loss on a batch, with its gradient put into the critic's own parameters (none for the actor's);
+        in a distributed update both are means over every rank's batch."""
         values = self.policy.predict_values(observations).flatten()
         value_loss = F.mse_loss(values, returns)
         grads = torch.autograd.grad(value_loss, self._critic_params, allow_unused=True)
         for param, grad in zip(self._critic_params, grads, strict=True):
             param.grad = grad
-        return value_loss.detach()
+        return self._reducer.mean_gradients(self._critic_params, len(returns), value_loss.detach())
 
     def _fit_critic_minibatch(
         self, observations: torch.Tensor | dict[str, torch.Tensor], returns: torch.Tensor
@@ -607,6 +827,8 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         if isinstance(log_std, torch.Tensor):
             self.logger.record("train/std", torch.exp(log_std.detach()).mean().item())
         self.logger.record("train/skipped_steps", self.skipped_steps)
+        for event in FAULT_EVENTS:
+            self.logger.record(f"train/events/{event}", self.fault_counts.get(event, 0))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 
     def learn(
@@ -628,7 +850,13 @@ class NaturalPolicyGradient(OnPolicyAlgorithm):
         :param reset_num_timesteps: whether to reset the current timestep count (used in logging)
         :param progress_bar: display a progress bar using tqdm and rich
         :return: the trained model
+
+        With ``distributed=True``, ``total_timesteps`` and ``num_timesteps`` count the samples of all ranks (each rank
+        collects its share), and only rank 0 logs and runs the callbacks (evaluation, checkpoints) and the progress bar.
         """
+        if self._reducer.rank != 0:
+            callback, progress_bar = None, False
+            self.set_logger(configure(None, []))
         return super().learn(
             total_timesteps=total_timesteps,
             callback=callback,

@@ -62,6 +62,13 @@ ARGS_AFTER_LINE_SEARCH = """
         ``max_grad_norm`` clip. ``"lbfgs"``: full-batch L-BFGS with a strong-Wolfe line search, at most
         ``n_critic_updates`` iterations, started afresh each update; the line search sets the step, so
         ``learning_rate``, ``batch_size`` and ``max_grad_norm`` do not apply to the critic
+    :param distributed: Data-parallel training on ``torch.distributed`` (launch with ``torchrun``): each rank collects
+        its own rollouts (seeded ``seed + rank``), and every mean an update computes (advantage statistics, surrogate
+        gradient, Fisher-vector products, line-search surrogate and KL, critic gradients) is averaged over all ranks'
+        samples, so all ranks take the same step from rank 0's initial weights. Joins the process group of the
+        ``torchrun`` environment variables unless one is initialized (NCCL with CUDA, else gloo)
+    :param distributed_timeout: Seconds a collective waits for the other ranks before the run stops with
+        ``sb3_npg.common.distributed.DistributedError`` (a rank died or stalled)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
 """
 

@@ -10,6 +10,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_npg.common.base import NaturalPolicyGradient, StepOutcome, StepProposal
+from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
 from sb3_npg.common.docs import ARGS_AFTER_LINE_SEARCH, ARGS_BEFORE_LINE_SEARCH, ARGS_LINE_SEARCH, SHARED_FEATURES_NOTE
 from sb3_npg.common.validation import check_float, check_int
 from sb3_npg.trpo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -76,6 +77,8 @@ class TRPO(NaturalPolicyGradient):
         fisher: str = "analytic",
         fisher_sub_sampling_factor: int = 1,
         critic_fit: str = "minibatch",
+        distributed: bool = False,
+        distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         _init_setup_model: bool = True,
     ):
         # Set before the shared constructor, which validates every option and builds the model.
@@ -111,6 +114,8 @@ class TRPO(NaturalPolicyGradient):
             fisher=fisher,
             fisher_sub_sampling_factor=fisher_sub_sampling_factor,
             critic_fit=critic_fit,
+            distributed=distributed,
+            distributed_timeout=distributed_timeout,
             _init_setup_model=_init_setup_model,
         )
 

@@ -1,0 +1,264 @@
+"""Data-parallel updates: two ranks given half a batch each take exactly the step one process takes on all of it."""
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from stable_baselines3.common.logger import configure
+
+from sb3_npg import NPG, TRPO
+from sb3_npg.common.distributed import DistributedError, Reducer
+
+N_SAMPLES = 256
+WORLD_SIZE = 2
+CASES = [(NPG, "CartPole-v1"), (NPG, "Pendulum-v1"), (TRPO, "CartPole-v1"), (TRPO, "Pendulum-v1")]
+BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
+#: The largest relative difference tolerated between the distributed and the single-process parameters.
+RELATIVE_TOLERANCE = 1e-6
+
+
+def _settings(n_steps, distributed=False):
+    # The critic fits its whole (local) batch in one step per epoch, so its update does not depend on the shuffle.
+    return {
+        "n_steps": n_steps,
+        "batch_size": n_steps,
+        "n_critic_updates": 3,
+        "policy_kwargs": {"net_arch": [16]},
+        "seed": 0,
+        "device": "cpu",
+        "distributed": distributed,
+    }
+
+
+def _fixed_batch(algo, env_id):
+    """One rollout of N_SAMPLES steps from a seeded model, as arrays."""
+    model = algo("MlpPolicy", env_id, **_settings(N_SAMPLES))
+    _, callback = model._setup_learn(N_SAMPLES)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, N_SAMPLES)
+    return {field: getattr(model.rollout_buffer, field).copy() for field in BUFFER_FIELDS}
+
+
+def _train_on(model, batch, rows):
+    """Put ``batch[rows]`` into the model's rollout buffer, run one update, return all parameters flattened."""
+    buffer = model.rollout_buffer
+    for field in BUFFER_FIELDS:
+        getattr(buffer, field)[:] = batch[field][rows]
+    buffer.full, buffer.generator_ready = True, False
+    model.set_logger(configure(None, []))
+    model.train()
+    return torch.cat([param.detach().flatten() for param in model.policy.parameters()])
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _rank_main(rank, port, batches, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    torch.set_num_threads(1)
+    half = N_SAMPLES // WORLD_SIZE
+    rows = slice(rank * half, (rank + 1) * half)
+    results = []
+    for (algo, env_id), batch in zip(CASES, batches, strict=True):
+        model = algo("MlpPolicy", env_id, **_settings(half, distributed=True))
+        results.append(_train_on(model, batch, rows))
+    if rank == 0:
+        torch.save(results, out)
+    dist.destroy_process_group()
+
+
+def test_two_ranks_with_half_a_batch_each_make_the_single_process_update(tmp_path):
+    batches = [_fixed_batch(algo, env_id) for algo, env_id in CASES]
+    expected = [
+        _train_on(algo("MlpPolicy", env_id, **_settings(N_SAMPLES)), batch, slice(None))
+        for (algo, env_id), batch in zip(CASES, batches, strict=True)
+    ]
+    out = tmp_path / "rank0.pt"
+    mp.spawn(_rank_main, args=(_free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
+    for (algo, env_id), got, want in zip(CASES, torch.load(out), expected, strict=True):
+        start = torch.cat(
+            [p.detach().flatten() for p in algo("MlpPolicy", env_id, **_settings(N_SAMPLES)).policy.parameters()]
+        )
+        assert not torch.equal(want, start), "the update must move the parameters"
+        difference = float((got - want).norm() / want.norm())
+        assert difference < RELATIVE_TOLERANCE, f"{algo.__name__} on {env_id}: relative difference {difference:.2e}"
+
+
+def test_a_single_process_reducer_is_the_identity():
+    reducer = Reducer(enabled=True)  # no process group: nothing to reduce over
+    value = torch.arange(3.0)
+    assert not reducer.enabled and reducer.mean(value, 7) is value and reducer.world_size == 1
+
+
+def test_distributed_without_a_process_group_says_how_to_launch(monkeypatch):
+    for variable in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(DistributedError, match="torchrun"):
+        NPG("MlpPolicy", "CartPole-v1", distributed=True)
+
+
+def _diverged_main(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    model = NPG("MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, distributed=True)
+    if rank == 1:
+        with torch.no_grad():
+            next(model.policy.parameters()).add_(1.0)
+    try:
+        model._reducer.check_same(list(model.policy.parameters()), "policy parameters")
+    except DistributedError as error:
+        if rank == 0:
+            out.write_text(str(error))
+    dist.destroy_process_group()
+
+
+def test_diverged_parameters_are_detected_on_every_rank(tmp_path):
+    out = tmp_path / "error.txt"
+    mp.spawn(_diverged_main, args=(_free_port(), out), nprocs=WORLD_SIZE, join=True)
+    assert "have diverged" in out.read_text()
+
+
+def test_reducer_means_are_weighted_by_samples():
+    batch = np.arange(6.0)
+    assert float(np.average([batch[:2].mean(), batch[2:].mean()], weights=[2, 4])) == pytest.approx(batch.mean())
+
+
+def _normalization_main(rank, port, samples, out):
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    dist.init_process_group("gloo")
+    reducer = Reducer(enabled=True)
+    wrapper = type("FakeVecNormalize", (), {"obs_rms": RunningMeanStd(shape=(3,)), "ret_rms": RunningMeanStd(shape=())})()
+    base = {}
+    for round_samples in samples:  # two rounds: the second un-merges the combined first round
+        wrapper.obs_rms.update(round_samples[rank])
+        wrapper.ret_rms.update(round_samples[rank][:, 0])
+        base = reducer.combine_normalization(wrapper, base)
+    if rank == 0:
+        torch.save((wrapper.obs_rms.mean, wrapper.obs_rms.var, wrapper.obs_rms.count, wrapper.ret_rms.var), out)
+    dist.destroy_process_group()
+
+
+def test_vec_normalize_statistics_become_those_of_all_ranks_samples(tmp_path):
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    generator = np.random.default_rng(0)
+    samples = [[generator.normal(rank, 1.0 + rank, size=(50, 3)) for rank in range(WORLD_SIZE)] for _ in range(2)]
+    out = tmp_path / "moments.pt"
+    mp.spawn(_normalization_main, args=(_free_port(), samples, out), nprocs=WORLD_SIZE, join=True)
+    mean, var, count, return_var = torch.load(out, weights_only=False)
+    everything = np.concatenate([block for round_samples in samples for block in round_samples])
+    reference = RunningMeanStd(shape=(3,))
+    reference.update(everything)
+    assert np.allclose(mean, reference.mean) and np.allclose(var, reference.var, rtol=1e-6)
+    assert count == pytest.approx(reference.count, abs=WORLD_SIZE * 1e-4)  # each rank's initial epsilon count, once
+    assert return_var == pytest.approx(everything[:, 0].var(), rel=1e-3)
+
+
+def _stalled_main(rank, port, out):
+    import time
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    model = NPG(
+        "MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, distributed=True, distributed_timeout=2
+    )
+    if rank == 1:
+        time.sleep(STALL_SECONDS)  # a stalled rank: rank 0's collectives time out
+        return
+    start = time.monotonic()
+    try:
+        model.learn(256)
+    except DistributedError as error:
+        out.write_text(f"{time.monotonic() - start}\n{error}")
+
+
+STALL_SECONDS = 15
+
+
+def test_a_stalled_rank_stops_the_others_with_a_clear_error_within_the_timeout(tmp_path):
+    out = tmp_path / "error.txt"
+    mp.spawn(_stalled_main, args=(_free_port(), out), nprocs=WORLD_SIZE, join=True)
+    elapsed, message = out.read_text().split("\n", 1)
+    assert float(elapsed) < STALL_SECONDS and "another rank has died or stalled" in message
+
+
+def _learn_main(rank, port, folder):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    model = TRPO("MlpPolicy", "Pendulum-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, seed=0, distributed=True)
+    checkpoint = CheckpointCallback(64, str(folder / f"rank{rank}"), name_prefix="model")
+    model.learn(4 * 64, callback=checkpoint)
+    torch.save([p.detach() for p in model.policy.parameters()], folder / f"params{rank}.pt")
+    if rank == 0:
+        model.save(folder / "model")
+    dist.destroy_process_group()
+
+
+def test_distributed_learn_splits_the_budget_keeps_ranks_identical_and_only_rank_0_saves(tmp_path):
+    mp.spawn(_learn_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    first, second = (torch.load(tmp_path / f"params{rank}.pt") for rank in range(WORLD_SIZE))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    # Rank 0's callback sees its own steps added to the count at the rollout's start: 64, then 128 + 64.
+    assert {path.name for path in (tmp_path / "rank0").iterdir()} == {"model_64_steps.zip", "model_192_steps.zip"}
+    assert not (tmp_path / "rank1").exists()
+    loaded = TRPO.load(tmp_path / "model", device="cpu")  # a plain single process
+    assert loaded.num_timesteps == 4 * 64 and not loaded._reducer.enabled
+    assert all(torch.equal(a, b) for a, b in zip(first, loaded.policy.parameters(), strict=True))
+
+
+def test_rank_arguments_add_the_option_offset_the_seed_and_silence_other_ranks():
+    from sb3_npg.distributed import rank_arguments
+
+    given = ["--algo", "npg", "--env", "CartPole-v1", "-f", "logs", "--seed", "3", "-params", "n_steps:64"]
+    first = rank_arguments(given, rank=0)
+    assert first[first.index("--seed") + 1] == "3" and first[first.index("-f") + 1] == "logs"
+    assert first[first.index("-params") + 1 :][:2] == ["distributed:True", "n_steps:64"]
+    second = rank_arguments(given, rank=1, log_folder="/tmp/scratch")
+    assert second[second.index("--seed") + 1] == "4" and second[second.index("-f") + 1] == "/tmp/scratch"
+    assert second[second.index("--eval-freq") + 1] == "-1" and second[second.index("--save-freq") + 1] == "-1"
+    assert "--conf-file" in second  # our shipped file, as sb3-npg-zoo train reads it
+
+
+def test_torchrun_launch_trains_on_two_ranks_and_rank_0_saves_a_plain_model(tmp_path):
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+        "-m", "sb3_npg.distributed", "--algo", "npg", "--env", "CartPole-v1", "-n", "2048", "-f", str(tmp_path),
+        "--seed", "0", "--distributed-timeout", "60", "-params", "n_steps:256", "n_envs:2", "policy_kwargs:dict(net_arch=[8])",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run(command, check=True, capture_output=True, timeout=300, env=env)
+    (saved,) = tmp_path.glob("npg/CartPole-v1_*/CartPole-v1.zip")
+    model = NPG.load(saved, device="cpu")
+    assert model.num_timesteps == 2048 and model.distributed and not model._reducer.enabled
+    assert len(list(tmp_path.glob("npg/CartPole-v1_*/*.monitor.csv"))) == 2  # rank 0's two environments only
+
+
+def _resume_main(rank, port, folder):
+    from stable_baselines3.common.env_util import make_vec_env
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    dist.init_process_group("gloo")
+    checkpoint = folder / "rank0" / "model_64_steps.zip"
+    model = TRPO.load(checkpoint, env=make_vec_env("Pendulum-v1", n_envs=1, seed=rank), device="cpu")
+    model.learn(2 * 64, reset_num_timesteps=False)
+    torch.save(([p.detach() for p in model.policy.parameters()], model.num_timesteps), folder / f"resumed{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_rank_0s_checkpoint_resumes_a_distributed_run(tmp_path):
+    mp.spawn(_learn_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_resume_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    (first, steps), (second, _) = (torch.load(tmp_path / f"resumed{rank}.pt") for rank in range(WORLD_SIZE))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))  # the ranks still take the same steps
+    assert steps == 64 + 2 * 64
