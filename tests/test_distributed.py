@@ -162,7 +162,7 @@ def test_vec_normalize_statistics_become_those_of_all_ranks_samples(tmp_path):
     assert return_var == pytest.approx(everything[:, 0].var(), rel=1e-3)
 
 
-def _stalled_main(rank, port, out):
+def _stalled_main(rank, port, out, failure="stall"):
     import time
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
@@ -170,6 +170,8 @@ def _stalled_main(rank, port, out):
         "MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, distributed=True, distributed_timeout=2
     )
     if rank == 1:
+        if failure == "die":
+            os._exit(0)  # a rank that dies without a word: rank 0 loses its peer
         time.sleep(STALL_SECONDS)  # a stalled rank: rank 0's collectives time out
         return
     start = time.monotonic()
@@ -182,9 +184,10 @@ def _stalled_main(rank, port, out):
 STALL_SECONDS = 15
 
 
-def test_a_stalled_rank_stops_the_others_with_a_clear_error_within_the_timeout(tmp_path):
+@pytest.mark.parametrize("failure", ["stall", "die"])
+def test_a_stalled_or_dead_rank_stops_the_others_with_a_clear_error_within_the_timeout(tmp_path, failure):
     out = tmp_path / "error.txt"
-    mp.spawn(_stalled_main, args=(_free_port(), out), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_stalled_main, args=(_free_port(), out, failure), nprocs=WORLD_SIZE, join=True)
     elapsed, message = out.read_text().split("\n", 1)
     assert float(elapsed) < STALL_SECONDS and "another rank has died or stalled" in message
 
