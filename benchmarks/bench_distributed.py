@@ -48,7 +48,8 @@ class _SlowStep(gym.Wrapper):
         return self.env.step(action)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a gloo rendezvous)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -143,7 +144,7 @@ def _all_reduce_worker(rank: int, world_size: int, port: int, out: str) -> None:
 
 def _spawn(worker: Any, world_size: int, *args: Any) -> dict[str, Any]:
     out = Path(f"/tmp/bench_distributed_{os.getpid()}_{worker.__name__}_{world_size}.json")
-    mp.spawn(worker, args=(world_size, _free_port(), *args, str(out)), nprocs=world_size, join=True)
+    mp.spawn(worker, args=(world_size, free_port(), *args, str(out)), nprocs=world_size, join=True)
     result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     return result

@@ -1,7 +1,6 @@
 """Data-parallel updates: two ranks given half a batch each take exactly the step one process takes on all of it."""
 
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import torch.multiprocessing as mp
 
 from stable_baselines3.common.logger import configure
 
+from benchmarks.bench_distributed import free_port
 from sb3_npg import NPG, TRPO
 from sb3_npg.common.distributed import DistributedError, Reducer
 
@@ -54,12 +54,6 @@ def _train_on(model, batch, rows):
     return torch.cat([param.detach().flatten() for param in model.policy.parameters()])
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _rank_main(rank, port, batches, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
     torch.set_num_threads(1)
@@ -81,7 +75,7 @@ def test_two_ranks_with_half_a_batch_each_make_the_single_process_update(tmp_pat
         for (algo, env_id), batch in zip(CASES, batches, strict=True)
     ]
     out = tmp_path / "rank0.pt"
-    mp.spawn(_rank_main, args=(_free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_rank_main, args=(free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
     for (algo, env_id), got, want in zip(CASES, torch.load(out), expected, strict=True):
         start = torch.cat(
             [p.detach().flatten() for p in algo("MlpPolicy", env_id, **_settings(N_SAMPLES)).policy.parameters()]
@@ -120,13 +114,8 @@ def _diverged_main(rank, port, out):
 
 def test_diverged_parameters_are_detected_on_every_rank(tmp_path):
     out = tmp_path / "error.txt"
-    mp.spawn(_diverged_main, args=(_free_port(), out), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_diverged_main, args=(free_port(), out), nprocs=WORLD_SIZE, join=True)
     assert "have diverged" in out.read_text()
-
-
-def test_reducer_means_are_weighted_by_samples():
-    batch = np.arange(6.0)
-    assert float(np.average([batch[:2].mean(), batch[2:].mean()], weights=[2, 4])) == pytest.approx(batch.mean())
 
 
 def _normalization_main(rank, port, samples, out):
@@ -152,14 +141,14 @@ def test_vec_normalize_statistics_become_those_of_all_ranks_samples(tmp_path):
     generator = np.random.default_rng(0)
     samples = [[generator.normal(rank, 1.0 + rank, size=(50, 3)) for rank in range(WORLD_SIZE)] for _ in range(2)]
     out = tmp_path / "moments.pt"
-    mp.spawn(_normalization_main, args=(_free_port(), samples, out), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_normalization_main, args=(free_port(), samples, out), nprocs=WORLD_SIZE, join=True)
     mean, var, count, return_var = torch.load(out, weights_only=False)
     everything = np.concatenate([block for round_samples in samples for block in round_samples])
     reference = RunningMeanStd(shape=(3,))
     reference.update(everything)
     assert np.allclose(mean, reference.mean) and np.allclose(var, reference.var, rtol=1e-6)
     assert count == pytest.approx(reference.count, abs=WORLD_SIZE * 1e-4)  # each rank's initial epsilon count, once
-    assert return_var == pytest.approx(everything[:, 0].var(), rel=1e-3)
+    assert return_var == pytest.approx(everything[:, 0].var(), rel=1e-5)
 
 
 def _stalled_main(rank, port, out, failure="stall"):
@@ -187,7 +176,7 @@ STALL_SECONDS = 15
 @pytest.mark.parametrize("failure", ["stall", "die"])
 def test_a_stalled_or_dead_rank_stops_the_others_with_a_clear_error_within_the_timeout(tmp_path, failure):
     out = tmp_path / "error.txt"
-    mp.spawn(_stalled_main, args=(_free_port(), out, failure), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_stalled_main, args=(free_port(), out, failure), nprocs=WORLD_SIZE, join=True)
     elapsed, message = out.read_text().split("\n", 1)
     assert float(elapsed) < STALL_SECONDS and "another rank has died or stalled" in message
 
@@ -206,7 +195,7 @@ def _learn_main(rank, port, folder):
 
 
 def test_distributed_learn_splits_the_budget_keeps_ranks_identical_and_only_rank_0_saves(tmp_path):
-    mp.spawn(_learn_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_learn_main, args=(free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
     first, second = (torch.load(tmp_path / f"params{rank}.pt") for rank in range(WORLD_SIZE))
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     # Rank 0's callback sees its own steps added to the count at the rollout's start: 64, then 128 + 64.
@@ -235,7 +224,7 @@ def test_torchrun_launch_trains_on_two_ranks_and_rank_0_saves_a_plain_model(tmp_
     import sys
 
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
         "-m", "sb3_npg.distributed", "--algo", "npg", "--env", "CartPole-v1", "-n", "2048", "-f", str(tmp_path),
         "--seed", "0", "--distributed-timeout", "60", "-params", "n_steps:256", "n_envs:2", "policy_kwargs:dict(net_arch=[8])",
     ]  # fmt: skip
@@ -260,8 +249,8 @@ def _resume_main(rank, port, folder):
 
 
 def test_rank_0s_checkpoint_resumes_a_distributed_run(tmp_path):
-    mp.spawn(_learn_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
-    mp.spawn(_resume_main, args=(_free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_learn_main, args=(free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_resume_main, args=(free_port(), tmp_path), nprocs=WORLD_SIZE, join=True)
     (first, steps), (second, _) = (torch.load(tmp_path / f"resumed{rank}.pt") for rank in range(WORLD_SIZE))
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))  # the ranks still take the same steps
     assert steps == 64 + 2 * 64

@@ -4,7 +4,7 @@ It is a callback that our algorithms put first in every ``learn()``: SB3's ``col
 ``new_obs`` and ``rewards`` to the callbacks before the policy or the rollout buffer sees them, so the error comes
 before any NaN is trained on, and the user's wrapper chain stays as it is (SB3's ``VecCheckNan`` as an extra outer
 wrapper would break ``EvalCallback``'s ``VecNormalize`` synchronisation). It also costs less: ``VecCheckNan`` checks
-actions and ``dones`` too and builds its report on every call, about ten times the cost per step
+actions and ``dones`` too and builds its report on every call, about eight times the cost per step
 (``benchmarks/bench_finite_check.py``). Actions need no check here, since the policy's parameters are checked before
 every rollout; integer observations (images) cannot hold NaN and are skipped.
 """
