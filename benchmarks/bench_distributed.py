@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from benchmarks.bench_update import machine_description
+from benchmarks.common import free_port, machine_description
 
 #: Sizes (float32 values) of the all-reduce micro-benchmark.
 PAYLOAD_SIZES = (1_000, 10_000, 100_000, 1_000_000)
@@ -48,13 +47,6 @@ class _SlowStep(gym.Wrapper):
         return self.env.step(action)
 
 
-def free_port() -> int:
-    """A TCP port free on the loopback interface now (for a gloo rendezvous)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _join(rank: int, world_size: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
@@ -67,6 +59,7 @@ def _throughput_worker(rank: int, world_size: int, port: int, settings: dict[str
     from stable_baselines3.common.logger import configure
 
     from sb3_npg import NPG
+    from sb3_npg.common.distributed import Collective
 
     _join(rank, world_size, port)
 
@@ -77,16 +70,13 @@ def _throughput_worker(rank: int, world_size: int, port: int, settings: dict[str
     model = NPG("MlpPolicy", env, n_steps=settings["n_steps"], seed=0, device="cpu", distributed=world_size > 1)
     model.set_logger(configure(None, []))
     timings = {"collect": 0.0, "train": 0.0, "collectives": 0, "payload": 0, "collective_seconds": 0.0}
-    call = model._reducer._call
 
-    def counted(collective: Any, *args: Any) -> None:
-        start = time.perf_counter()
-        call(collective, *args)
-        timings["collective_seconds"] += time.perf_counter() - start
+    def counted(collective: Collective) -> None:
+        timings["collective_seconds"] += collective.seconds
         timings["collectives"] += 1
-        timings["payload"] += args[0].numel() * args[0].element_size()
+        timings["payload"] += collective.payload_bytes
 
-    model._reducer._call = counted  # type: ignore[method-assign]
+    model.reducer.on_collective = counted
     samples_per_update = settings["n_steps"] * settings["n_envs"] * world_size
     model.learn(WARM_UP_UPDATES * samples_per_update)
     timings.update(collect=0.0, train=0.0, collectives=0, payload=0, collective_seconds=0.0)
@@ -118,7 +108,7 @@ def _throughput_worker(rank: int, world_size: int, port: int, settings: dict[str
             "collectives_per_update": timings["collectives"] / updates,
             "payload_bytes_per_update": timings["payload"] / updates,
             "collective_seconds_per_update": timings["collective_seconds"] / updates,
-            "actor_parameters": sum(param.numel() for param in model._actor_params),
+            "actor_parameters": sum(param.numel() for param in model.actor_parameters),
         }
         Path(out).write_text(json.dumps(record), encoding="utf-8")
     if world_size > 1:

@@ -17,7 +17,6 @@ A B C A B C after a warm-up, with one torch thread; the table reports medians an
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from collections.abc import Callable
@@ -26,12 +25,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from benchmarks.bench_update import CONFIGS, WARMUP, _build, _fill, write_results
-from benchmarks.common import configs_parser
+from benchmarks.common import TIMING_WARMUP_ROUNDS, UPDATE_CONFIGS, build_model, configs_parser, fill_rollout, write_results
 from sb3_npg import TRPO
-from sb3_npg.common.base import _select, mean_kl
+from sb3_npg.common.batches import select_rows
 from sb3_npg.common.fisher import analytic_fisher_product, distribution_statistics, fisher_weights
 from sb3_npg.common.natural_gradient import MatVec, fisher_vector_product
+from sb3_npg.common.natural_step import frozen_distribution, mean_kl
 
 SUB_SAMPLING_FACTORS = (1, 5)
 DAMPING = 0.1
@@ -49,20 +48,19 @@ class _Statistics(nn.Module):
 
 
 def _autograd(model: TRPO, observations: Any) -> MatVec:
-    with torch.no_grad():
-        old = copy.copy(model.policy.get_distribution(observations))
-    return fisher_vector_product(mean_kl(old, model.policy.get_distribution(observations)), model._actor_params, DAMPING)
+    old = frozen_distribution(model.policy, observations)
+    return fisher_vector_product(mean_kl(old, model.policy.get_distribution(observations)), model.actor_parameters, DAMPING)
 
 
 def _analytic(model: TRPO, observations: Any) -> MatVec:
-    return analytic_fisher_product(model.policy.get_distribution(observations), model._actor_params, DAMPING)
+    return analytic_fisher_product(model.policy.get_distribution(observations), model.actor_parameters, DAMPING)
 
 
 def _torch_func(model: TRPO, observations: Any) -> MatVec:
     wrapper = _Statistics(model.policy)
     names = {id(param): name for name, param in wrapper.named_parameters()}
-    keys = [names[id(param)] for param in model._actor_params]
-    primals = tuple(param.detach() for param in model._actor_params)
+    keys = [names[id(param)] for param in model.actor_parameters]
+    primals = tuple(param.detach() for param in model.actor_parameters)
     shapes, sizes = [p.shape for p in primals], [p.numel() for p in primals]
 
     def statistics_of(*values: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -97,19 +95,19 @@ def _time_once(build: Callable[[TRPO, Any], MatVec], model: TRPO, observations: 
 
 def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) -> list[dict[str, Any]]:
     """Median time of one build plus ``cg_max_steps`` products per contender and sub-sampling factor."""
-    model = _build(TRPO, config, seed)
-    _fill(model)
+    model = build_model(TRPO, config, seed)
+    fill_rollout(model)
     assert isinstance(model, TRPO)
     observations = next(model.rollout_buffer.get(batch_size=None)).observations
-    vector = torch.randn(sum(p.numel() for p in model._actor_params), generator=torch.Generator().manual_seed(seed))
+    vector = torch.randn(sum(p.numel() for p in model.actor_parameters), generator=torch.Generator().manual_seed(seed))
     rows = []
     for factor in SUB_SAMPLING_FACTORS:
-        batch = _select(observations, slice(None, None, factor))
+        batch = select_rows(observations, slice(None, None, factor))
         times: dict[str, list[float]] = {contender: [] for contender in CONTENDERS}
-        for rep in range(WARMUP + reps):
+        for rep in range(TIMING_WARMUP_ROUNDS + reps):
             for contender, build in CONTENDERS.items():
                 elapsed = _time_once(build, model, batch, vector)
-                if rep >= WARMUP:
+                if rep >= TIMING_WARMUP_ROUNDS:
                     times[contender].append(elapsed)
         for contender, measured in times.items():
             ratios = [t / r for t, r in zip(measured, times["autograd"], strict=True)]
@@ -141,11 +139,11 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    args = configs_parser(__doc__, CONFIGS).parse_args()
+    args = configs_parser(__doc__, UPDATE_CONFIGS).parse_args()
     torch.set_num_threads(1)
     rows: list[dict[str, Any]] = []
     for name in args.configs.split(","):
-        rows.extend(new := bench_config(name, CONFIGS[name], args.reps))
+        rows.extend(new := bench_config(name, UPDATE_CONFIGS[name], args.reps))
         print(markdown_table(new), flush=True)
     print(f"\n{markdown_table(rows)}")
     if args.out is not None:

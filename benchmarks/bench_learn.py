@@ -5,7 +5,7 @@
     .venv/bin/python -m benchmarks.bench_learn [--seeds 0,1,2,3,4] [--envs CartPole-v1,Pendulum-v1]
         [--contenders NAME,...] [--out FILE] [--table FILE]
 
-Every contender trains with the RL Zoo's TRPO settings of the environment (``benchmarks.learning.LEARNING_CONFIGS``)
+Every contender trains with the RL Zoo's TRPO settings of the environment (``benchmarks.common.LEARNING_CONFIGS``)
 for the whole budget (no early stopping), one torch thread, runs interleaved (seed by seed, environment by
 environment, the contenders in turn). Recorded per run: wall time of ``learn()``, the time inside ``train()``, the
 final deterministic evaluation (10 episodes on a separate environment), and the median over updates of the logged
@@ -30,9 +30,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-from benchmarks.bench_update import machine_description
-from benchmarks.common import read_jsonl
-from benchmarks.learning import LEARNING_CONFIGS, N_EVAL_EPISODES
+from benchmarks.common import LEARNING_CONFIGS, N_EVAL_EPISODES, machine_description, read_jsonl
 from sb3_npg import FAST_SETTINGS, NPG, TRPO
 
 REFERENCE = "sb3_contrib.TRPO"

@@ -24,15 +24,10 @@ fitted to, and the explained variance of the value on a second, held-out rollout
 
 from __future__ import annotations
 
-import datetime
-import inspect
-import json
 import multiprocessing
-import platform
 import resource
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,34 +35,19 @@ import sb3_contrib
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.vec_env import VecNormalize
 
-from benchmarks.common import configs_parser
+from benchmarks.common import (
+    CONTRIB_KL,
+    TIMING_WARMUP_ROUNDS,
+    UPDATE_CONFIGS,
+    build_model,
+    configs_parser,
+    fill_rollout,
+    write_results,
+)
 from sb3_npg import FAST_SETTINGS, NPG, TRPO
 
-MUJOCO = {"n_steps": 1024, "batch_size": 128, "cg_max_steps": 25, "n_critic_updates": 20}
-#: name -> environment, number of envs, VecNormalize, hyperparameters (given unchanged to every model)
-CONFIGS: dict[str, dict[str, Any]] = {
-    "CartPole-v1": {"env_id": "CartPole-v1", "n_envs": 1, "normalize": False, "hyperparams": {}},
-    "Pendulum-v1": {
-        "env_id": "Pendulum-v1",
-        "n_envs": 2,
-        "normalize": False,
-        "hyperparams": {"n_steps": 1024, "gamma": 0.9, "n_critic_updates": 15, "use_sde": True, "sde_sample_freq": 4},
-    },
-    "HalfCheetah-v5": {"env_id": "HalfCheetah-v5", "n_envs": 2, "normalize": True, "hyperparams": MUJOCO},
-    "Humanoid-v5 (n_steps 8192)": {
-        "env_id": "Humanoid-v5",
-        "n_envs": 1,
-        "normalize": True,
-        "hyperparams": {**MUJOCO, "n_steps": 8192},
-    },
-}
-#: Marks the contenders given sb3-contrib's KL scale (see :func:`contrib_kl_scale`).
-CONTRIB_KL = "contrib_kl"
 #: (name, class, extra settings) of every contender; the first is the reference of the ratios.
 CONTENDERS: list[tuple[str, type[OnPolicyAlgorithm], dict[str, Any]]] = [
     ("sb3_contrib.TRPO", sb3_contrib.TRPO, {}),
@@ -78,66 +58,9 @@ CONTENDERS: list[tuple[str, type[OnPolicyAlgorithm], dict[str, Any]]] = [
     ("sb3_npg.TRPO+fast", TRPO, dict(FAST_SETTINGS)),
     ("sb3_npg.NPG+fast", NPG, dict(FAST_SETTINGS)),
 ]
-WARMUP = 2
 #: Updates sb3-contrib's TRPO trains before the shared rollout, so the timed update starts from a trained state.
 WARM_UP_UPDATES = 5
 KIB_PER_PAGE = resource.getpagesize() // 1024
-
-
-def contrib_kl_scale(hyperparams: dict[str, Any], action_dims: int) -> dict[str, Any]:
-    """
-    Our options that pose sb3-contrib's problem on a Box of ``action_dims`` dimensions.
-
-    sb3-contrib's KL is our (summed) KL divided by the number of action dimensions ``d``: its Fisher is ``F / d``,
-    so with the same ``cg_damping`` it solves a better-conditioned system (fewer CG iterations) and its ``target_kl``
-    is ``d`` times looser. Multiplying ``cg_damping`` and ``target_kl`` by ``d`` gives our update the same CG
-    iterations and the same step (up to the KL direction of the line search), i.e. the same work.
-    """
-    defaults = inspect.signature(TRPO.__init__).parameters
-    scaled = dict(hyperparams)
-    for name in ("cg_damping", "target_kl"):
-        scaled[name] = action_dims * hyperparams.get(name, defaults[name].default)
-    return scaled
-
-
-def _build(algo: type[OnPolicyAlgorithm], config: dict[str, Any], seed: int, **extra: Any) -> OnPolicyAlgorithm:
-    env = make_vec_env(config["env_id"], n_envs=config["n_envs"], seed=seed)
-    if config["normalize"]:
-        env = VecNormalize(env)
-    if extra.pop(CONTRIB_KL, False):
-        action_dims = int(np.prod(env.action_space.shape)) if isinstance(env.action_space, spaces.Box) else 1
-        config = {**config, "hyperparams": contrib_kl_scale(config["hyperparams"], action_dims)}
-    model = algo("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **extra})
-    model.set_logger(configure(None, []))
-    return model
-
-
-def _fill(model: OnPolicyAlgorithm) -> None:
-    _, callback = model._setup_learn(model.n_steps * model.n_envs)
-    assert model.env is not None
-    model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
-
-
-def machine_description() -> dict[str, str]:
-    """The date, platform, CPU model and torch version, to store beside every result."""
-    cpu = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = f"{len(names)} x {names[0]}" if names else cpu
-    return {
-        "date": datetime.date.today().isoformat(),
-        "machine": platform.platform(),
-        "cpu": cpu,
-        "torch": torch.__version__,
-        "threads": str(torch.get_num_threads()),
-    }
-
-
-def write_results(path: Path, results: list[dict[str, Any]]) -> None:
-    """Write results as JSON beside a description of the machine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": machine_description(), "results": results}, indent=2), encoding="utf-8")
 
 
 def _rss_kib() -> int:
@@ -215,18 +138,18 @@ class _Contender:
 
 def _shared_rollouts(config: dict[str, Any], seed: int) -> tuple[OnPolicyAlgorithm, RolloutBuffer, RolloutBuffer]:
     """sb3-contrib's model after its warm-up updates, its fitted rollout and a held-out one of the same policy."""
-    contrib = _build(sb3_contrib.TRPO, config, seed)
+    contrib = build_model(sb3_contrib.TRPO, config, seed)
     contrib.learn(WARM_UP_UPDATES * contrib.n_steps * contrib.n_envs)
     held_out = contrib.rollout_buffer
     contrib.rollout_buffer = type(held_out)(
         contrib.n_steps, contrib.observation_space, contrib.action_space, device="cpu", gamma=contrib.gamma,
         gae_lambda=contrib.gae_lambda, n_envs=contrib.n_envs,
     )  # fmt: skip
-    _fill(contrib)
+    fill_rollout(contrib)
     fitted = contrib.rollout_buffer
     held_out.reset()
     contrib.rollout_buffer = held_out
-    _fill(contrib)
+    fill_rollout(contrib)
     contrib.rollout_buffer = fitted
     # A fresh critic optimizer, as every other contender has: no one starts with the warm-up's Adam moments.
     contrib.policy.optimizer = contrib.policy.optimizer_class(
@@ -244,16 +167,16 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
     for label, algo, extra in CONTENDERS:
         if extra.get(CONTRIB_KL) and not is_multi_dimensional_box:
             continue  # one action dimension: both KLs agree, the row would repeat the plain one
-        model = contrib if algo is sb3_contrib.TRPO else _build(algo, config, seed, **extra)
+        model = contrib if algo is sb3_contrib.TRPO else build_model(algo, config, seed, **extra)
         model.rollout_buffer = fitted
         contenders.append(_Contender(label, model, policy_state))
     memory = {c.name: _peak_memory_mib(c.model) for c in contenders}
     quality = {c.name: c.critic_quality(fitted, held_out) for c in contenders}
     np.random.seed(seed)
-    for rep in range(WARMUP + reps):
+    for rep in range(TIMING_WARMUP_ROUNDS + reps):
         for contender in contenders:
             elapsed = contender.timed_update()
-            if rep >= WARMUP:
+            if rep >= TIMING_WARMUP_ROUNDS:
                 contender.times.append(elapsed)
     reference = contenders[0].times
     result: dict[str, Any] = {"config": name, "samples": contrib.n_steps * contrib.n_envs, "models": {}}
@@ -286,11 +209,11 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    args = configs_parser(__doc__, CONFIGS).parse_args()
+    args = configs_parser(__doc__, UPDATE_CONFIGS).parse_args()
     torch.set_num_threads(1)
     results = []
     for name in args.configs.split(","):
-        results.append(bench_config(name, CONFIGS[name], args.reps))
+        results.append(bench_config(name, UPDATE_CONFIGS[name], args.reps))
         print(markdown_table(results[-1:]), flush=True)
     print(f"\n{markdown_table(results)}")
     if args.out is not None:

@@ -1,18 +1,99 @@
-"""Pieces the benchmark scripts share: their common command-line options and reading results back."""
+"""Pieces the benchmark scripts share: configurations, building a model and filling its rollout, results files,
+command-line options, the published results we compare with, and portable paths."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
+import inspect
 import json
+import platform
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+import yaml
+from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.vec_env import VecNormalize
+
+from sb3_npg import TRPO
 from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path
 
 #: The first line of a results file may describe the machine instead of holding a result.
 META_KEY = "meta"
+#: The results file of a comparison matrix, in its output folder (one finished run per line).
+RUNS_FILE = "runs.jsonl"
+#: Untimed rounds before the timed ones of the per-update timing scripts.
+TIMING_WARMUP_ROUNDS = 2
+#: The repository's root: results record paths relative to it.
+REPOSITORY = Path(__file__).resolve().parent.parent
+#: Where installed packages live: results record their files relative to it (``rl_zoo3/hyperparams/ppo.yml``).
+SITE_PACKAGES = "site-packages"
+#: Marks the contenders given sb3-contrib's KL scale (see :func:`contrib_kl_scale`).
+CONTRIB_KL = "contrib_kl"
+
+#: The RL Zoo's MuJoCo settings of sb3-contrib's TRPO (``n_envs`` 2 and ``VecNormalize`` in each configuration).
+MUJOCO = {"n_steps": 1024, "batch_size": 128, "cg_max_steps": 25, "n_critic_updates": 20}
+#: The configurations of the per-update timing scripts (bench_update, bench_fisher): name -> environment, number of
+#: envs, VecNormalize, hyperparameters (given unchanged to every model).
+UPDATE_CONFIGS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {"env_id": "CartPole-v1", "n_envs": 1, "normalize": False, "hyperparams": {}},
+    "Pendulum-v1": {
+        "env_id": "Pendulum-v1",
+        "n_envs": 2,
+        "normalize": False,
+        "hyperparams": {"n_steps": 1024, "gamma": 0.9, "n_critic_updates": 15, "use_sde": True, "sde_sample_freq": 4},
+    },
+    "HalfCheetah-v5": {"env_id": "HalfCheetah-v5", "n_envs": 2, "normalize": True, "hyperparams": MUJOCO},
+    "Humanoid-v5 (n_steps 8192)": {
+        "env_id": "Humanoid-v5",
+        "n_envs": 1,
+        "normalize": True,
+        "hyperparams": {**MUJOCO, "n_steps": 8192},
+    },
+}
+
+#: Settings per environment (the RL Zoo's tuned sb3-contrib TRPO settings, shared by NPG and TRPO), the step
+#: budget, and the mean evaluation return that counts as "learned".
+LEARNING_CONFIGS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {
+        "n_envs": 2,
+        "budget": 100_000,
+        "threshold": 475.0,
+        "eval_freq": 8192,
+        "hyperparams": {
+            "n_steps": 512,
+            "batch_size": 512,
+            "cg_damping": 1e-3,
+            "gae_lambda": 0.98,
+            "gamma": 0.99,
+            "learning_rate": 1e-3,
+            "n_critic_updates": 20,
+        },
+    },
+    "Pendulum-v1": {
+        "n_envs": 2,
+        "budget": 100_000,
+        "threshold": -250.0,
+        "eval_freq": 8192,
+        "hyperparams": {
+            "n_steps": 1024,
+            "gamma": 0.9,
+            "n_critic_updates": 15,
+            "use_sde": True,
+            "sde_sample_freq": 4,
+        },
+    },
+}
+#: Deterministic evaluation episodes of the learning checks.
+N_EVAL_EPISODES = 10
 
 
 def configs_parser(description: str | None, configs: Iterable[str]) -> argparse.ArgumentParser:
@@ -32,7 +113,7 @@ def read_jsonl(path: Path | None) -> list[dict[str, Any]]:
     return [row for row in rows if META_KEY not in row]
 
 
-#: The RL Zoo's published sb3-contrib TRPO results (mean return; GUIDE.md section 4), by environment. The MuJoCo
+#: The RL Zoo's published sb3-contrib TRPO results (mean return; rl_zoo3's benchmark table), by environment. The MuJoCo
 #: numbers were measured on v3 and are quoted for our v5 runs: comparable, not equal (see :data:`PUBLISHED_NOTES`).
 PUBLISHED_TRPO = {
     "CartPole-v1": 500.0,
@@ -62,3 +143,98 @@ def default_hyperparams(algo: str) -> Path:
     if spec is None or spec.origin is None:
         raise ValueError(f"the RL Zoo's hyperparameters for {algo!r} need rl_zoo3 installed (the zoo extra)")
     return Path(spec.origin).parent / "hyperparams" / f"{algo}.yml"
+
+
+def hyperparams_entry(conf: Path, env_id: str) -> dict[str, Any]:
+    """
+    The entry of ``env_id`` in a Zoo hyperparameter file (a ``-v5`` id falls back to its ``-v4`` entry).
+
+    :raises ValueError: when the file has no entry for the environment
+    """
+    entries = yaml.safe_load(conf.read_text(encoding="utf-8"))
+    for candidate in (env_id, env_id.replace("-v5", "-v4")):
+        if candidate in entries:
+            return dict(entries[candidate])
+    raise ValueError(f"{conf} has no hyperparameters for {env_id}: give the algorithm a file with --conf ALGO=FILE")
+
+
+def contrib_kl_scale(hyperparams: dict[str, Any], action_dims: int) -> dict[str, Any]:
+    """
+    Our options that pose sb3-contrib's problem on a Box of ``action_dims`` dimensions.
+
+    sb3-contrib's KL is our (summed) KL divided by the number of action dimensions ``d``: its Fisher is ``F / d``,
+    so with the same ``cg_damping`` it solves a better-conditioned system (fewer CG iterations) and its ``target_kl``
+    is ``d`` times looser. Multiplying ``cg_damping`` and ``target_kl`` by ``d`` gives our update the same CG
+    iterations and the same step (up to the KL direction of the line search), i.e. the same work.
+    """
+    defaults = inspect.signature(TRPO.__init__).parameters
+    scaled = dict(hyperparams)
+    for name in ("cg_damping", "target_kl"):
+        scaled[name] = action_dims * hyperparams.get(name, defaults[name].default)
+    return scaled
+
+
+def build_model(algo: type[OnPolicyAlgorithm], config: dict[str, Any], seed: int, **extra: Any) -> OnPolicyAlgorithm:
+    """A model of one of :data:`UPDATE_CONFIGS` on fresh seeded environments, logging nothing (``extra`` adds options;
+    ``CONTRIB_KL=True`` poses sb3-contrib's KL scale, :func:`contrib_kl_scale`)."""
+    env = make_vec_env(config["env_id"], n_envs=config["n_envs"], seed=seed)
+    if config["normalize"]:
+        env = VecNormalize(env)
+    if extra.pop(CONTRIB_KL, False):
+        action_dims = int(np.prod(env.action_space.shape)) if isinstance(env.action_space, spaces.Box) else 1
+        config = {**config, "hyperparams": contrib_kl_scale(config["hyperparams"], action_dims)}
+    model = algo("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **extra})
+    model.set_logger(configure(None, []))
+    return model
+
+
+def fill_rollout(model: OnPolicyAlgorithm) -> None:
+    """Collect one rollout into the model's buffer, ready for ``train()`` (what ``learn()`` does before an update)."""
+    _, callback = model._setup_learn(model.n_steps * model.n_envs)
+    if model.env is None:
+        raise ValueError("the model has no environment to collect a rollout from")
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+
+
+def machine_description() -> dict[str, str]:
+    """The date, platform, CPU model and torch version, to store beside every result."""
+    cpu = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = f"{len(names)} x {names[0]}" if names else cpu
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": platform.platform(),
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "threads": str(torch.get_num_threads()),
+    }
+
+
+def write_results(path: Path, results: list[dict[str, Any]]) -> None:
+    """Write results as JSON beside a description of the machine."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": machine_description(), "results": results}, indent=2), encoding="utf-8")
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a gloo rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def portable_path(path: str | Path) -> str:
+    """
+    ``path`` as a results file records it: relative to the repository, or for a file of an installed package
+    relative to ``site-packages`` (``rl_zoo3/hyperparams/ppo.yml``); any other file by its name alone. Never a path
+    of the machine that ran it.
+    """
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(REPOSITORY) and SITE_PACKAGES not in resolved.parts:
+        return resolved.relative_to(REPOSITORY).as_posix()
+    if SITE_PACKAGES in resolved.parts:
+        parts = resolved.parts
+        return Path(*parts[len(parts) - parts[::-1].index(SITE_PACKAGES) :]).as_posix()
+    return resolved.name

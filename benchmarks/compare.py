@@ -39,10 +39,9 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from benchmarks.common import default_hyperparams, read_jsonl
+from benchmarks.common import RUNS_FILE, default_hyperparams, hyperparams_entry, portable_path, read_jsonl
 from sb3_npg.zoo import hyperparams_path
 
-RUNS_FILE = "runs.jsonl"
 DEFAULT_ALGOS = "npg,npg_trpo,trpo,ppo,a2c"
 DEFAULT_EVAL_EPISODES = 10
 #: Evaluations per run when ``--eval-freq`` is not given.
@@ -67,19 +66,6 @@ class Job:
     def key(self) -> tuple[str, str, int, int]:
         """What identifies a finished run in the results file."""
         return (self.algo, self.env_id, self.seed, self.timesteps)
-
-
-def hyperparams_entry(conf: Path, env_id: str) -> dict[str, Any]:
-    """
-    The entry of ``env_id`` in a Zoo hyperparameter file (a ``-v5`` id falls back to its ``-v4`` entry).
-
-    :raises ValueError: when the file has no entry for the environment
-    """
-    entries = yaml.safe_load(conf.read_text(encoding="utf-8"))
-    for candidate in (env_id, env_id.replace("-v5", "-v4")):
-        if candidate in entries:
-            return dict(entries[candidate])
-    raise ValueError(f"{conf} has no hyperparameters for {env_id}: give the algorithm a file with --conf ALGO=FILE")
 
 
 def default_budget(env_id: str) -> int:
@@ -186,6 +172,7 @@ def run_job(job: Job) -> dict[str, Any]:
     collect_time = timings.collect_rollouts - timings.evaluation  # evaluations run inside collect_rollouts' callbacks
     return {
         **asdict(job),
+        "conf": portable_path(job.conf),
         "curve": [
             [int(step), float(np.mean(returns)), float(np.std(returns))]
             for step, returns in zip(evaluations["timesteps"], results, strict=True)

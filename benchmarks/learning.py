@@ -24,44 +24,11 @@ import torch
 from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.env_util import make_vec_env
 
+from benchmarks.common import LEARNING_CONFIGS, N_EVAL_EPISODES
 from sb3_npg import NPG, TRPO
-from sb3_npg.common.base import NaturalPolicyGradient
+from sb3_npg.common.algorithm import NaturalPolicyGradient
 
 ALGOS: dict[str, type[NaturalPolicyGradient]] = {"npg": NPG, "trpo": TRPO}
-
-#: Settings per environment (the RL Zoo's tuned sb3-contrib TRPO settings, shared by NPG and TRPO), the step
-#: budget, and the mean evaluation return that counts as "learned".
-LEARNING_CONFIGS: dict[str, dict[str, Any]] = {
-    "CartPole-v1": {
-        "n_envs": 2,
-        "budget": 100_000,
-        "threshold": 475.0,
-        "eval_freq": 8192,
-        "hyperparams": {
-            "n_steps": 512,
-            "batch_size": 512,
-            "cg_damping": 1e-3,
-            "gae_lambda": 0.98,
-            "gamma": 0.99,
-            "learning_rate": 1e-3,
-            "n_critic_updates": 20,
-        },
-    },
-    "Pendulum-v1": {
-        "n_envs": 2,
-        "budget": 100_000,
-        "threshold": -250.0,
-        "eval_freq": 8192,
-        "hyperparams": {
-            "n_steps": 1024,
-            "gamma": 0.9,
-            "n_critic_updates": 15,
-            "use_sde": True,
-            "sde_sample_freq": 4,
-        },
-    },
-}
-N_EVAL_EPISODES = 10
 
 
 @dataclass

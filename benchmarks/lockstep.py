@@ -36,8 +36,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 from torch.nn import functional as F
 
-from benchmarks.common import default_hyperparams
-from benchmarks.compare import hyperparams_entry
+from benchmarks.common import default_hyperparams, hyperparams_entry
 from sb3_npg import TRPO
 from sb3_npg.common.natural_gradient import get_flat_params
 

@@ -4,7 +4,7 @@
 
 Writes ``DIR/results.md``: the final return (the last evaluation) as mean +- std over seeds, one row per environment
 and one column per algorithm, the best mean of each row in bold and the RL Zoo's published sb3-contrib TRPO result
-(GUIDE.md section 4) in its own column; then the cost of each run (wall time, steps per second, share of time in
+(the RL Zoo's benchmark table) in its own column; then the cost of each run (wall time, steps per second, share of time in
 ``train()``). Writes ``DIR/<env id>.png``: the evaluation curves, mean over seeds with a +-1 std band, one line per
 algorithm.
 """
@@ -22,8 +22,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from benchmarks.common import PUBLISHED_NOTES, PUBLISHED_TRPO, read_jsonl
-from benchmarks.compare import RUNS_FILE
+from benchmarks.common import PUBLISHED_NOTES, PUBLISHED_TRPO, RUNS_FILE, read_jsonl
 
 RESULTS_FILE = "results.md"
 #: The order of the columns; algorithms not listed follow in name order.

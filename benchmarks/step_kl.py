@@ -19,7 +19,7 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 
-from benchmarks.learning import LEARNING_CONFIGS
+from benchmarks.common import LEARNING_CONFIGS
 from sb3_npg import NPG, TRPO
 
 #: The RL Zoo's sb3-contrib TRPO settings for CartPole-v1, as the learning check uses them.

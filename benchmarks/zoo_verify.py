@@ -10,7 +10,7 @@ hyperparameters (budget: the file's ``n_timesteps``) and the Zoo's evaluation ca
 budget/EVALUATIONS --eval-episodes 10``, deterministic). ``trpo``, in the default ``--algos``, is sb3-contrib's TRPO
 with the RL Zoo's own file: the peer behind the published numbers, run in the same harness. The result of a run is
 the mean return of its last evaluation; runs already in ``--out`` are skipped. The published reference is the RL
-Zoo's sb3-contrib TRPO result at the same budget (GUIDE.md section 4).
+Zoo's sb3-contrib TRPO result at the same budget (the RL Zoo's benchmark table).
 """
 
 from __future__ import annotations

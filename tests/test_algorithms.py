@@ -8,7 +8,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
 from sb3_npg import NPG, TRPO
-from sb3_npg.common.base import StepProposal
+from sb3_npg.common.natural_step import StepProposal
 from sb3_npg.common.natural_gradient import get_flat_params
 
 TINY = {"n_steps": 256, "batch_size": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
@@ -71,6 +71,7 @@ class _Proposal1D:
             start=torch.zeros(1),
             full_step=torch.ones(1),
             surrogate_before=0.0,
+            expected_improvement=1.0,
             evaluate=lambda: (sign * self.param.item(), self.param.item() ** 2),
         )
 
@@ -91,7 +92,7 @@ def test_trpo_restores_the_old_parameters_when_no_candidate_improves():
     outcome = model._accept_step(problem.proposal)
     assert outcome.fraction == 0.0 and outcome.kl == 0.0
     assert problem.param.item() == 0.0
-    assert outcome.last_candidate_kl == pytest.approx(0.8**8)
+    assert outcome.metrics["line_search_last_kl"] == pytest.approx(0.8**8)
 
 
 @pytest.mark.parametrize("target_kl", [0.05, 0.5])
@@ -116,10 +117,10 @@ def test_faulty_batch_is_skipped_parameters_unchanged_and_counted(algo, fault):
         model.rollout_buffer.advantages[3] = float("nan")
     else:
         model.rollout_buffer.advantages[:] = 0.0
-    before = get_flat_params(model._actor_params)
+    before = get_flat_params(model.actor_parameters)
     with pytest.warns(RuntimeWarning, match="natural step skipped"):
         model.train()
-    assert torch.equal(get_flat_params(model._actor_params), before)
+    assert torch.equal(get_flat_params(model.actor_parameters), before)
     assert model.skipped_steps == 1 and logged(model, "skipped_steps") == 1
     assert logged(model, "step_fraction") == 0.0
 
@@ -152,8 +153,8 @@ class _SwappedNamesPolicy(ActorCriticPolicy):
 def test_actor_parameters_come_from_the_graph_not_from_names(algo):
     model = algo(_SwappedNamesPolicy, "Pendulum-v1", **TINY)
     names = {id(p): n for n, p in model.policy.named_parameters()}
-    actor = {names[id(p)] for p in model._actor_params}
-    critic = {names[id(p)] for p in model._critic_params}
+    actor = {names[id(p)] for p in model.actor_parameters}
+    critic = {names[id(p)] for p in model.critic_parameters}
     assert actor == {
         "log_std",
         "mlp_extractor.value_net.0.weight",
@@ -168,3 +169,39 @@ def test_actor_parameters_come_from_the_graph_not_from_names(algo):
         "value_net.bias",
     }
     model.learn(2 * TINY["n_steps"])
+
+
+class _ShiftedObjectiveTRPO(TRPO):
+    """Overrides the one objective method: a constant added to the surrogate, and a record of every call."""
+
+    SHIFT = 1000.0
+
+    def policy_objective(self, batch, base):
+        objective = super().policy_objective(batch, base)
+        self.calls.append("base point" if torch.is_grad_enabled() else "candidate")
+        return objective._replace(surrogate=objective.surrogate + self.SHIFT)
+
+
+def test_an_overridden_objective_is_what_the_base_point_and_every_line_search_candidate_measure():
+    model = filled(_ShiftedObjectiveTRPO, line_search_shrinking_factor=0.5)
+    model.calls = []
+    model.train()
+    assert model.calls[0] == "base point" and model.calls.count("base point") == 1
+    assert model.calls.count("candidate") >= 1
+    # Had the candidates been measured without the override, none would beat the shifted base point.
+    assert logged(model, "is_line_search_success") == 1.0 and logged(model, "step_fraction") > 0.0
+    assert logged(model, "policy_objective") == pytest.approx(_ShiftedObjectiveTRPO.SHIFT, abs=1.0)
+    assert 0.0 < logged(model, "surrogate_improvement") < 1.0
+
+
+def test_an_entropy_bonus_in_the_objective_changes_the_step():
+    class EntropyBonusNPG(NPG):
+        def policy_objective(self, batch, base):
+            objective = super().policy_objective(batch, base)
+            return objective._replace(surrogate=objective.surrogate + objective.distribution.entropy().mean())
+
+    plain, bonus = filled(NPG), filled(EntropyBonusNPG)
+    plain.train()
+    bonus.train()
+    assert logged(bonus, "policy_grad_norm") != logged(plain, "policy_grad_norm")
+    assert not torch.equal(get_flat_params(bonus.actor_parameters), get_flat_params(plain.actor_parameters))

@@ -13,8 +13,16 @@ import torch
 from gymnasium import spaces
 
 from benchmarks import bench_fisher, bench_learn
-from benchmarks.bench_update import CONFIGS, _build, _fill, contrib_kl_scale
-from benchmarks.common import read_jsonl
+from benchmarks.common import (
+    REPOSITORY,
+    UPDATE_CONFIGS,
+    build_model,
+    contrib_kl_scale,
+    default_hyperparams,
+    fill_rollout,
+    portable_path,
+    read_jsonl,
+)
 from benchmarks.lockstep import lockstep, table
 from benchmarks.zoo_verify import PUBLISHED_TRPO
 from sb3_npg import TRPO
@@ -23,11 +31,11 @@ from sb3_npg.zoo import hyperparams_path
 
 
 def test_bench_fisher_contenders_compute_the_same_product():
-    config = {**CONFIGS["Pendulum-v1"], "hyperparams": {**CONFIGS["Pendulum-v1"]["hyperparams"], "n_steps": 64}}
-    model = _build(TRPO, config, seed=0)
-    _fill(model)
+    config = {**UPDATE_CONFIGS["Pendulum-v1"], "hyperparams": {**UPDATE_CONFIGS["Pendulum-v1"]["hyperparams"], "n_steps": 64}}
+    model = build_model(TRPO, config, seed=0)
+    fill_rollout(model)
     observations = next(model.rollout_buffer.get(batch_size=None)).observations
-    vector = torch.randn(sum(p.numel() for p in model._actor_params), generator=torch.Generator().manual_seed(0))
+    vector = torch.randn(sum(p.numel() for p in model.actor_parameters), generator=torch.Generator().manual_seed(0))
     products = {name: build(model, observations)(vector) for name, build in bench_fisher.CONTENDERS.items()}
     for name, product in products.items():
         assert torch.allclose(product, products["autograd"], rtol=1e-4, atol=1e-6), name
@@ -77,16 +85,16 @@ def test_contrib_kl_scale_reproduces_sb3_contrib_step_on_a_multi_dimensional_box
     assert contrib_kl_scale({"cg_damping": 0.2}, 2) == {"cg_damping": 0.4, "target_kl": 0.02}
     hyperparams = {"n_steps": 256, "n_critic_updates": 0, "cg_max_steps": 50, "policy_kwargs": {"net_arch": [16]}}
     config = {"env_id": _ReachEnv, "n_envs": 1, "normalize": False, "hyperparams": hyperparams}
-    contrib = _build(sb3_contrib.TRPO, config, seed=0)
-    _fill(contrib)
-    ours = _build(TRPO, {**config, "hyperparams": contrib_kl_scale(hyperparams, action_dims=3)}, seed=0)
+    contrib = build_model(sb3_contrib.TRPO, config, seed=0)
+    fill_rollout(contrib)
+    ours = build_model(TRPO, {**config, "hyperparams": contrib_kl_scale(hyperparams, action_dims=3)}, seed=0)
     ours.rollout_buffer = contrib.rollout_buffer
     ours.policy.load_state_dict(contrib.policy.state_dict())
-    start = get_flat_params(ours._actor_params)
+    start = get_flat_params(ours.actor_parameters)
     contrib.train()
     ours.train()
     contrib_actor = [param for name, param in contrib.policy.named_parameters() if "value" not in name]
-    ours_step, contrib_step = get_flat_params(ours._actor_params) - start, get_flat_params(contrib_actor) - start
+    ours_step, contrib_step = get_flat_params(ours.actor_parameters) - start, get_flat_params(contrib_actor) - start
     assert ours.logger.name_to_value["train/step_fraction"] == 1.0
     assert torch.linalg.vector_norm(ours_step - contrib_step) < 1e-3 * torch.linalg.vector_norm(contrib_step)
 
@@ -177,3 +185,12 @@ def test_bench_distributed_estimate_adds_ring_all_reduce_costs_to_the_measured_c
     assert guess["communication"] == pytest.approx(communication)
     assert guess["seconds"] == pytest.approx(1.4 + communication)
     assert guess["samples_per_second"] == pytest.approx(8 * 512 / (1.4 + communication))
+
+
+def test_results_record_hyperparameter_files_without_machine_paths(tmp_path):
+    assert portable_path(default_hyperparams("npg")) == "sb3_npg/zoo/hyperparams/npg.yml"
+    assert portable_path(REPOSITORY / "benchmarks" / "zoo_candidates" / "x.yml") == "benchmarks/zoo_candidates/x.yml"
+    assert portable_path(default_hyperparams("trpo")) == "rl_zoo3/hyperparams/trpo.yml"  # an installed package's file
+    assert portable_path(tmp_path / "mine.yml") == "mine.yml"
+    runs = read_jsonl(Path(__file__).parent.parent / "benchmarks" / "results" / "compare" / "runs.jsonl")
+    assert runs and all(not Path(run["conf"]).is_absolute() for run in runs)

@@ -40,6 +40,7 @@ def test_matrix_records_every_run_resumes_and_reports_a_table_and_a_plot(tmp_pat
     assert sorted((r["algo"], r["seed"]) for r in runs) == [("npg_trpo", 0), ("npg_trpo", 1), ("trpo", 0), ("trpo", 1)]
     for run in runs:
         assert run["hyperparams"]["n_steps"] == 64  # the user's file reached the Zoo
+        assert run["conf"] == "tiny.yml"  # no path of the machine that ran it
         assert run["steps"] >= BUDGET and run["timesteps"] == BUDGET
         assert [step for step, _, _ in run["curve"]] == [EVAL_FREQ, 2 * EVAL_FREQ]
         assert run["final_return"] == run["curve"][-1][1]

@@ -10,9 +10,10 @@ import torch.multiprocessing as mp
 
 from stable_baselines3.common.logger import configure
 
-from benchmarks.bench_distributed import free_port
+from benchmarks.common import free_port
 from sb3_npg import NPG, TRPO
 from sb3_npg.common.distributed import DistributedError, Reducer
+from sb3_npg.common.vec_normalize_sync import combine_normalization
 
 N_SAMPLES = 256
 WORLD_SIZE = 2
@@ -105,7 +106,7 @@ def _diverged_main(rank, port, out):
         with torch.no_grad():
             next(model.policy.parameters()).add_(1.0)
     try:
-        model._reducer.check_same(list(model.policy.parameters()), "policy parameters")
+        model.reducer.check_same(list(model.policy.parameters()), "policy parameters")
     except DistributedError as error:
         if rank == 0:
             out.write_text(str(error))
@@ -129,7 +130,7 @@ def _normalization_main(rank, port, samples, out):
     for round_samples in samples:  # two rounds: the second un-merges the combined first round
         wrapper.obs_rms.update(round_samples[rank])
         wrapper.ret_rms.update(round_samples[rank][:, 0])
-        base = reducer.combine_normalization(wrapper, base)
+        base = combine_normalization(reducer, wrapper, base)
     if rank == 0:
         torch.save((wrapper.obs_rms.mean, wrapper.obs_rms.var, wrapper.obs_rms.count, wrapper.ret_rms.var), out)
     dist.destroy_process_group()
@@ -202,12 +203,12 @@ def test_distributed_learn_splits_the_budget_keeps_ranks_identical_and_only_rank
     assert {path.name for path in (tmp_path / "rank0").iterdir()} == {"model_64_steps.zip", "model_192_steps.zip"}
     assert not (tmp_path / "rank1").exists()
     loaded = TRPO.load(tmp_path / "model", device="cpu")  # a plain single process
-    assert loaded.num_timesteps == 4 * 64 and not loaded._reducer.enabled
+    assert loaded.num_timesteps == 4 * 64 and not loaded.reducer.enabled
     assert all(torch.equal(a, b) for a, b in zip(first, loaded.policy.parameters(), strict=True))
 
 
 def test_rank_arguments_add_the_option_offset_the_seed_and_silence_other_ranks():
-    from sb3_npg.distributed import rank_arguments
+    from sb3_npg.zoo.torchrun import rank_arguments
 
     given = ["--algo", "npg", "--env", "CartPole-v1", "-f", "logs", "--seed", "3", "-params", "n_steps:64"]
     first = rank_arguments(given, rank=0)
@@ -225,14 +226,14 @@ def test_torchrun_launch_trains_on_two_ranks_and_rank_0_saves_a_plain_model(tmp_
 
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-        "-m", "sb3_npg.distributed", "--algo", "npg", "--env", "CartPole-v1", "-n", "2048", "-f", str(tmp_path),
+        "-m", "sb3_npg.zoo.torchrun", "--algo", "npg", "--env", "CartPole-v1", "-n", "2048", "-f", str(tmp_path),
         "--seed", "0", "--distributed-timeout", "60", "-params", "n_steps:256", "n_envs:2", "policy_kwargs:dict(net_arch=[8])",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run(command, check=True, capture_output=True, timeout=300, env=env)
     (saved,) = tmp_path.glob("npg/CartPole-v1_*/CartPole-v1.zip")
     model = NPG.load(saved, device="cpu")
-    assert model.num_timesteps == 2048 and model.distributed and not model._reducer.enabled
+    assert model.num_timesteps == 2048 and model.distributed and not model.reducer.enabled
     assert len(list(tmp_path.glob("npg/CartPole-v1_*/*.monitor.csv"))) == 2  # rank 0's two environments only
 
 

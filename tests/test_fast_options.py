@@ -6,7 +6,8 @@ from stable_baselines3.common.distributions import CategoricalDistribution, Dist
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_npg import NPG, TRPO
-from sb3_npg.common import base
+from sb3_npg.common import natural_step
+from sb3_npg.common.batches import rollout_tensors
 from sb3_npg.common.natural_gradient import get_flat_params
 from tests.test_algorithms import TINY, filled, logged
 
@@ -16,8 +17,8 @@ def test_analytic_and_autograd_fisher_take_the_same_step(env_id):
     models = {fisher: filled(NPG, env_id, fisher=fisher) for fisher in ("analytic", "autograd")}
     for model in models.values():
         model.train()
-    analytic, autograd = (get_flat_params(models[f]._actor_params) for f in ("analytic", "autograd"))
-    start = get_flat_params(filled(NPG, env_id)._actor_params)
+    analytic, autograd = (get_flat_params(models[f].actor_parameters) for f in ("analytic", "autograd"))
+    start = get_flat_params(filled(NPG, env_id).actor_parameters)
     assert not torch.allclose(analytic, start)
     assert torch.allclose(analytic - start, autograd - start, rtol=1e-3, atol=1e-6)
 
@@ -25,16 +26,18 @@ def test_analytic_and_autograd_fisher_take_the_same_step(env_id):
 @pytest.mark.parametrize("fisher", ["analytic", "autograd"])
 def test_fisher_sub_sampling_uses_every_nth_sample_for_the_fisher_only(fisher, monkeypatch):
     fisher_batch_sizes, selections = [], []
-    analytic = base.analytic_fisher_product
+    analytic = natural_step.analytic_fisher_product
     monkeypatch.setattr(
-        base,
+        natural_step,
         "analytic_fisher_product",
         lambda distribution, *args: (
             fisher_batch_sizes.append(len(distribution.distribution.logits)) or analytic(distribution, *args)
         ),
     )
-    select = base._select
-    monkeypatch.setattr(base, "_select", lambda observations, index: selections.append(index) or select(observations, index))
+    select = natural_step.select_rows
+    monkeypatch.setattr(
+        natural_step, "select_rows", lambda observations, index: selections.append(index) or select(observations, index)
+    )
     full = filled(TRPO, "CartPole-v1", fisher=fisher)
     strided = filled(TRPO, "CartPole-v1", fisher=fisher, fisher_sub_sampling_factor=5)
     full.train()
@@ -58,7 +61,7 @@ def test_lbfgs_critic_fits_at_least_as_well_as_minibatch():
     losses = {}
     for critic_fit in ("minibatch", "lbfgs"):
         model = filled(TRPO, critic_fit=critic_fit, n_critic_updates=20)
-        rollout = model._rollout_tensors()
+        rollout = rollout_tensors(model.rollout_buffer)
         observations, returns = rollout.observations, rollout.returns
         model._fit_critic(observations, returns)
         with torch.no_grad():
@@ -68,12 +71,12 @@ def test_lbfgs_critic_fits_at_least_as_well_as_minibatch():
 
 def test_lbfgs_critic_moves_only_the_critic_and_logs_its_fit():
     model = filled(NPG, critic_fit="lbfgs", n_critic_updates=5)
-    actor = get_flat_params(model._actor_params)
-    critic = get_flat_params(model._critic_params)
-    rollout = model._rollout_tensors()
+    actor = get_flat_params(model.actor_parameters)
+    critic = get_flat_params(model.critic_parameters)
+    rollout = rollout_tensors(model.rollout_buffer)
     model._fit_critic(rollout.observations, rollout.returns)
-    assert torch.equal(get_flat_params(model._actor_params), actor)
-    assert not torch.equal(get_flat_params(model._critic_params), critic)
+    assert torch.equal(get_flat_params(model.actor_parameters), actor)
+    assert not torch.equal(get_flat_params(model.critic_parameters), critic)
     with torch.no_grad():
         loss_before = float(torch.mean((model.policy.predict_values(rollout.observations).flatten() - rollout.returns) ** 2))
     model.train()

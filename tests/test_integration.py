@@ -16,7 +16,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
 from sb3_npg import NPG, TRPO, __version__
-from sb3_npg.common.base import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
+from sb3_npg.common.algorithm import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
 from tests.conftest import ALGOS
 
 TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
@@ -68,13 +68,13 @@ def test_every_action_and_observation_space_moves_actor_and_critic(algo, action,
     if observation == "image":
         kwargs["policy_kwargs"]["features_extractor_kwargs"] = {"features_dim": 16}
     model = algo(policy, env, **kwargs)
-    actor = [p.detach().clone() for p in model._actor_params]
-    critic = [p.detach().clone() for p in model._critic_params]
+    actor = [p.detach().clone() for p in model.actor_parameters]
+    critic = [p.detach().clone() for p in model.critic_parameters]
     model.learn(3 * TINY["n_steps"])
     assert model.num_timesteps == 3 * TINY["n_steps"]
     assert model.skipped_steps == 0
-    assert _changed(actor, model._actor_params), "the natural step never moved the actor"
-    assert _changed(critic, model._critic_params), "the critic was never fitted"
+    assert _changed(actor, model.actor_parameters), "the natural step never moved the actor"
+    assert _changed(critic, model.critic_parameters), "the critic was never fitted"
     assert all(torch.isfinite(p).all() for p in model.policy.parameters())
 
 
@@ -82,7 +82,7 @@ def test_gsde_on_box_actions(algo):
     model = algo("MlpPolicy", "Pendulum-v1", use_sde=True, sde_sample_freq=4, **TINY)
     log_std = model.policy.log_std.detach().clone()
     model.learn(3 * TINY["n_steps"])
-    assert any(p is model.policy.log_std for p in model._actor_params)
+    assert any(p is model.policy.log_std for p in model.actor_parameters)
     assert not torch.equal(log_std, model.policy.log_std.detach())
 
 
@@ -90,9 +90,9 @@ def test_image_observations_with_cnn_policy_keeps_shared_extractor_out_of_the_cr
     env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1)
     model = algo("CnnPolicy", env, n_steps=32, batch_size=16, seed=0, device="cpu", policy_kwargs={"net_arch": [16]})
     extractor = set(map(id, model.policy.features_extractor.parameters()))
-    assert extractor <= set(map(id, model._actor_params))
-    assert not extractor & set(map(id, model._critic_params))
-    assert {id(p) for p in model.policy.optimizer.param_groups[0]["params"]} == set(map(id, model._critic_params))
+    assert extractor <= set(map(id, model.actor_parameters))
+    assert not extractor & set(map(id, model.critic_parameters))
+    assert {id(p) for p in model.policy.optimizer.param_groups[0]["params"]} == set(map(id, model.critic_parameters))
     model.learn(64)
 
 
@@ -164,7 +164,7 @@ def test_save_load_round_trip_keeps_predictions_parameters_and_critic_optimizer(
     for index, state in saved_state.items():
         assert torch.equal(state["exp_avg"], loaded_state[index]["exp_avg"])
     assert (loaded.policy_batch_size, loaded.max_grad_norm, loaded.target_kl) == (32, 0.3, 0.01)
-    assert [p.shape for p in loaded._actor_params] == [p.shape for p in model._actor_params]
+    assert [p.shape for p in loaded.actor_parameters] == [p.shape for p in model.actor_parameters]
     loaded.learn(TINY["n_steps"], reset_num_timesteps=False)
 
 
@@ -251,14 +251,34 @@ def test_npg_takes_trpo_keywords_minus_the_line_search():
     assert npg <= trpo
 
 
+def _param_docs(algo):
+    """Each ``:param name:`` entry of the class's own docstring, with its continuation lines, by name."""
+    entries: dict[str, list[str]] = {}
+    for line in algo.__dict__["__doc__"].splitlines():
+        if line.strip().startswith(":param "):
+            name = line.split(":param ", 1)[1].split(":", 1)[0]
+            entries[name] = [line]
+        elif entries and line.startswith(" " * 8):
+            entries[name].append(line)
+    return entries
+
+
 def test_package_surface():
     assert __version__.count(".") == 2
     for algo in ALGOS:
         assert issubclass(algo, NaturalPolicyGradient)
         assert set(algo.policy_aliases) == {"MlpPolicy", "CnnPolicy", "MultiInputPolicy"}
         assert "Paper: https://" in (algo.__doc__ or "")
-        documented = {line.split(":")[1].split()[1] for line in algo.__doc__.splitlines() if ":param " in line}
-        assert set(inspect.signature(algo.__init__).parameters) - {"self"} <= documented
+
+
+def test_each_algorithm_documents_every_argument_in_its_own_docstring_and_shared_ones_alike():
+    npg, trpo = _param_docs(NPG), _param_docs(TRPO)
+    for algo, documented in ((NPG, npg), (TRPO, trpo)):
+        arguments = [name for name in inspect.signature(algo.__init__).parameters if name != "self"]
+        assert list(documented) == arguments, f"{algo.__name__}: documented in another order or incompletely"
+    assert set(trpo) - set(npg) == {"line_search_shrinking_factor", "line_search_max_iter"}
+    for name, lines in npg.items():
+        assert trpo[name] == lines, f"the docs of `{name}` differ between NPG and TRPO"
 
 
 def test_critic_optimizer_is_fused_unless_the_user_chose_an_implementation(algo):

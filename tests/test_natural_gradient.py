@@ -13,7 +13,7 @@ from stable_baselines3.common.distributions import (
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch.func import functional_call
 
-from sb3_npg.common.base import mean_kl
+from sb3_npg.common.natural_step import mean_kl
 from sb3_npg.common.fisher import analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
     conjugate_gradient,

@@ -7,6 +7,7 @@ import json
 import os
 import warnings
 import zipfile
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -18,9 +19,10 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-import sb3_npg.common.base as base
+import sb3_npg.common.natural_step as natural_step
 from sb3_npg import NPG, TRPO
-from sb3_npg.common.base import FAULT_EVENTS, NonFiniteParametersError
+from sb3_npg.common import NonFiniteParametersError
+from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.natural_gradient import get_flat_params
 from sb3_npg.common.persistence import FORMAT_KEY, FORMAT_VERSION
 
@@ -36,7 +38,7 @@ def filled(algo, env="Pendulum-v1", **kwargs):
 
 
 def events(model):
-    return {event: model.logger.name_to_value[f"train/events/{event}"] for event in FAULT_EVENTS}
+    return {event: model.logger.name_to_value[f"train/events/{event}"] for event in model.counted_events}
 
 
 def parameters(model):
@@ -94,7 +96,7 @@ def test_dict_action_space_is_refused_by_name(algo):
 def test_non_finite_parameters_refuse_the_next_update_and_say_how_to_recover(algo):
     model = algo("MlpPolicy", "Pendulum-v1", **TINY).learn(TINY["n_steps"])
     with torch.no_grad():
-        next(iter(model._actor_params)).view(-1)[0] = float("nan")
+        next(iter(model.actor_parameters)).view(-1)[0] = float("nan")
     num_timesteps = model.num_timesteps
     with pytest.raises(NonFiniteParametersError, match=r"CheckpointCallback.*set_parameters"):
         model.learn(TINY["n_steps"], reset_num_timesteps=False)
@@ -108,10 +110,10 @@ def test_non_finite_parameters_refuse_the_next_update_and_say_how_to_recover(alg
 
 def _refused(model):
     """Train once on the crafted rollout: the step is refused, the parameters are unchanged and finite."""
-    before = get_flat_params(model._actor_params)
+    before = get_flat_params(model.actor_parameters)
     with pytest.warns(RuntimeWarning, match="natural step skipped"):
         model.train()
-    after = get_flat_params(model._actor_params)
+    after = get_flat_params(model.actor_parameters)
     assert torch.equal(after, before) and bool(torch.isfinite(after).all())
 
 
@@ -151,19 +153,19 @@ def test_fisher_product_that_is_not_positive_is_refused(algo, monkeypatch):
 
 def test_conjugate_gradient_that_does_not_converge_still_steps_and_is_counted(algo):
     model = filled(algo, cg_max_steps=1, cg_residual_tol=0.0)
-    before = get_flat_params(model._actor_params)
+    before = get_flat_params(model.actor_parameters)
     model.train()
-    after = get_flat_params(model._actor_params)
+    after = get_flat_params(model.actor_parameters)
     assert not torch.equal(after, before) and bool(torch.isfinite(after).all())
     assert events(model)["cg_max_steps_reached"] == 1 and model.skipped_steps == 0
 
 
 def test_line_search_that_never_succeeds_keeps_the_parameters_and_is_counted(monkeypatch):
     model = filled(TRPO, line_search_max_iter=3)
-    monkeypatch.setattr(base, "mean_kl", lambda old, new: torch.tensor(float("inf")))  # every candidate too far
-    before = get_flat_params(model._actor_params)
+    monkeypatch.setattr(natural_step, "mean_kl", lambda old, new: torch.tensor(float("inf")))  # every candidate too far
+    before = get_flat_params(model.actor_parameters)
     model.train()
-    assert torch.equal(get_flat_params(model._actor_params), before)
+    assert torch.equal(get_flat_params(model.actor_parameters), before)
     assert events(model)["line_search_failed"] == 1
     assert model.logger.name_to_value["train/step_fraction"] == 0.0
     monkeypatch.undo()
@@ -173,7 +175,7 @@ def test_line_search_that_never_succeeds_keeps_the_parameters_and_is_counted(mon
 
 def test_interrupted_line_search_leaves_the_last_accepted_parameters(monkeypatch):
     model = filled(TRPO)
-    before = get_flat_params(model._actor_params)
+    before = get_flat_params(model.actor_parameters)
     calls = []
 
     def interrupted(self, proposal):
@@ -184,7 +186,7 @@ def test_interrupted_line_search_leaves_the_last_accepted_parameters(monkeypatch
     monkeypatch.setattr(TRPO, "_accept_step", interrupted)
     with pytest.raises(KeyboardInterrupt):
         model.train()
-    assert calls and torch.equal(get_flat_params(model._actor_params), before)
+    assert calls and torch.equal(get_flat_params(model.actor_parameters), before)
 
 
 # ------------------------------------------------------------------------------------ determinism and resume
@@ -218,7 +220,7 @@ def test_a_loaded_model_makes_the_same_update_as_the_one_that_saved_it(algo, tmp
     model = algo("MlpPolicy", env, learning_rate=lambda progress: 1e-3 * progress, **TINY)
     model.learn(3 * TINY["n_steps"] * 2)
     loaded = _save_load(model, tmp_path)
-    assert loaded._n_updates == model._n_updates and loaded.fault_counts == model.fault_counts
+    assert loaded._n_updates == model._n_updates and loaded.event_counts == model.event_counts
     assert loaded._current_progress_remaining == model._current_progress_remaining
     assert np.array_equal(loaded.get_vec_normalize_env().obs_rms.mean, env.obs_rms.mean)
     _, callback = model._setup_learn(model.n_steps * model.n_envs, reset_num_timesteps=False)
@@ -404,15 +406,35 @@ def test_policy_batch_size_that_does_not_divide_warns_once_and_weights_the_last_
     assert len(uneven) == 1 and "the last batch holds 10 samples" in str(uneven[0].message)
     assert model._n_updates == 2 * 4  # batches of 30, 30, 30 and 10 in each of the two updates
     entropies = []
-    record = base.WeightedMeans.add
+    record = WeightedMeans.add
 
     def spy(self, weight, **values):
         if "entropy" in values:
             entropies.append((weight, values["entropy"]))
         record(self, weight, **values)
 
-    monkeypatch.setattr(base.WeightedMeans, "add", spy)
+    monkeypatch.setattr(WeightedMeans, "add", spy)
     model.learn(100, reset_num_timesteps=False)
     assert [weight for weight, _ in entropies] == [30, 30, 30, 10]
     expected = sum(weight * value for weight, value in entropies) / 100
     assert model.logger.name_to_value["train/entropy"] == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------------------------- older files
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_a_file_saved_by_sb3_npg_0_1_0_loads_with_its_parameters_and_event_counts(algo, tmp_path):
+    """The file format did not change; only the counters' attribute names did (``fault_counts`` -> ``event_counts``)."""
+    path = Path(__file__).parent / "data" / f"{algo.__name__.lower()}_saved_by_0.1.0.zip"
+    loaded = algo.load(path, env=make_vec_env("CartPole-v1", n_envs=1, seed=0), device="cpu")
+    with zipfile.ZipFile(path) as archive:
+        saved = torch.load(io.BytesIO(archive.read("policy.pth")), weights_only=True)
+    assert all(torch.equal(value, loaded.policy.state_dict()[key]) for key, value in saved.items())
+    expected = {"zero_gradient": 1, "cg_max_steps_reached": 2} | ({"line_search_failed": 3} if algo is TRPO else {})
+    assert {event: count for event, count in loaded.event_counts.items() if count} == expected
+    assert loaded.skipped_steps == 1 and "fault_counts" not in vars(loaded) and "skipped_steps" not in vars(loaded)
+    loaded.learn(64, reset_num_timesteps=False)
+    assert loaded.event_counts["cg_max_steps_reached"] == 3  # cg_max_steps=1: every update reaches it
+    loaded.save(tmp_path / "again")
+    assert algo.load(tmp_path / "again", device="cpu").event_counts == loaded.event_counts

@@ -1,3 +1,5 @@
-from sb3_npg.common.clip import clip_grad_norm_
+from sb3_npg.common.checks import NonFiniteParametersError
+from sb3_npg.common.clip import clip_grad_norm_, grad_norm
+from sb3_npg.common.distributed import DistributedError
 
-__all__ = ["clip_grad_norm_"]
+__all__ = ["DistributedError", "NonFiniteParametersError", "clip_grad_norm_", "grad_norm"]

@@ -1,4 +1,4 @@
-"""The one global-norm gradient clip shared by every call site (critic updates of NPG and TRPO)."""
+"""The one global-norm gradient clip shared by every call site (critic updates of NPG and TRPO), and the norm it uses."""
 
 from __future__ import annotations
 
@@ -10,22 +10,42 @@ import torch
 #: Added to the norm in the scale ``max_norm / (norm + CLIP_EPS)`` so the result never divides by zero.
 CLIP_EPS = 1e-6
 
+ParametersOrTensors = torch.Tensor | Iterable[torch.Tensor]
 
-def _gradients(parameters_or_tensors: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tensor]:
-    """The gradient tensors to clip: ``.grad`` of parameters (skipping those without one), plain tensors as they are."""
+
+def _gradients(parameters_or_tensors: ParametersOrTensors) -> list[torch.Tensor]:
+    """The gradient tensors: ``.grad`` of parameters (skipping those without one), plain tensors as they are."""
     if isinstance(parameters_or_tensors, torch.Tensor):
         parameters_or_tensors = [parameters_or_tensors]
     gradients = []
     for tensor in parameters_or_tensors:
         if isinstance(tensor, torch.nn.Parameter) or tensor.requires_grad:
             if tensor.grad is not None:
-                gradients.append(tensor.grad)
+                gradients.append(tensor.grad.detach())
         else:
-            gradients.append(tensor)
+            gradients.append(tensor.detach())
     return gradients
 
 
-def clip_grad_norm_(parameters_or_tensors: torch.Tensor | Iterable[torch.Tensor], max_norm: float | None) -> float:
+def _global_norm(gradients: list[torch.Tensor]) -> float:
+    """``sqrt(sum_p ||g_p||^2)``: the per-tensor norms in one multi-tensor kernel, then the norm of those (no copy)."""
+    if not gradients:
+        return 0.0
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(gradients, 2.0)), 2.0))
+
+
+def grad_norm(parameters_or_tensors: ParametersOrTensors) -> float:
+    """
+    The global L2 norm of gradients, ``sqrt(sum_p ||g_p||^2)``, without changing them.
+
+    :param parameters_or_tensors: parameters (their ``.grad`` is measured; those without one count zero) or gradient
+        tensors (measured themselves)
+    :return: the norm (``0.0`` when there is no gradient)
+    """
+    return _global_norm(_gradients(parameters_or_tensors))
+
+
+def clip_grad_norm_(parameters_or_tensors: ParametersOrTensors, max_norm: float | None) -> float:
     """
     Clip gradients by their joint (global) L2 norm, in place, and return that norm before clipping.
 
@@ -39,11 +59,7 @@ def clip_grad_norm_(parameters_or_tensors: torch.Tensor | Iterable[torch.Tensor]
     :return: the global norm before clipping (``0.0`` when there is no gradient)
     """
     gradients = _gradients(parameters_or_tensors)
-    if not gradients:
-        return 0.0
-    detached = [grad.detach() for grad in gradients]
-    # The per-tensor norms in one multi-tensor kernel, then the norm of those: no copy of the gradients.
-    total_norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(detached, 2.0)), 2.0))
+    total_norm = _global_norm(gradients)
     if max_norm is not None and max_norm > 0 and math.isfinite(total_norm) and total_norm > max_norm:
-        torch._foreach_mul_(detached, max_norm / (total_norm + CLIP_EPS))
+        torch._foreach_mul_(gradients, max_norm / (total_norm + CLIP_EPS))
     return total_norm

@@ -1,4 +1,4 @@
-"""Data-parallel updates on ``torch.distributed``: sample-weighted means across ranks, so every rank takes one step.
+"""Data-parallel updates on ``torch.distributed``: the :class:`Reducer`, through which every cross-rank message goes.
 
 Every quantity an update derives from the data is a mean over samples: the advantage statistics, the surrogate and
 its gradient, each Fisher-vector product, the line search's surrogate and KL, the critic's loss gradient. Each rank
@@ -7,18 +7,19 @@ which gives exactly the mean over all samples (up to float rounding). Conjugate 
 the same numbers on every rank and take the same step, as OpenAI baselines' ``trpo_mpi`` does with MPI.
 
 A :class:`Reducer` for a single process (no process group) returns its inputs unchanged, so the single-process path
-runs no collective at all.
+runs no collective at all. A new quantity measured on the data must go through the reducer too, or the ranks drift
+apart (the periodic :meth:`Reducer.check_same` then stops the run).
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -28,57 +29,26 @@ DEFAULT_TIMEOUT_SECONDS = 600.0
 CHECKSUM_INTERVAL = 10
 #: The largest relative difference of the checksums tolerated across ranks (all ranks do the same arithmetic).
 CHECKSUM_TOLERANCE = 0.0
-
-
-#: Guards divisions by a count of zero samples.
-MIN_COUNT = 1e-12
-
-
-@dataclass(frozen=True)
-class Moments:
-    """Mean, variance and count of a set of samples (as SB3's ``RunningMeanStd`` holds them)."""
-
-    mean: np.ndarray
-    var: np.ndarray
-    count: float
-
-    @staticmethod
-    def empty_like(other: Moments) -> Moments:
-        return Moments(np.zeros_like(other.mean), np.zeros_like(other.var), 0.0)
-
-    def merged(self, other: Moments) -> Moments:
-        """The moments of both sets together (Chan et al.'s parallel formula)."""
-        total = self.count + other.count
-        if total <= MIN_COUNT:
-            return self
-        delta = other.mean - self.mean
-        mean = self.mean + delta * other.count / total
-        squares = self.var * self.count + other.var * other.count + delta**2 * self.count * other.count / total
-        return Moments(mean, squares / total, total)
-
-    def without(self, part: Moments) -> Moments:
-        """The moments of this set minus a subset ``part`` of it (the inverse of :meth:`merged`)."""
-        count = self.count - part.count
-        if count <= MIN_COUNT:
-            return Moments(np.zeros_like(self.mean), np.zeros_like(self.var), 0.0)
-        mean = (self.count * self.mean - part.count * part.mean) / count
-        squares = self.var * self.count - part.var * part.count - (mean - part.mean) ** 2 * part.count * count / self.count
-        return Moments(mean, np.maximum(squares / count, 0.0), count)
-
-
-def _running_statistics(vec_normalize: Any) -> dict[str, Any]:
-    """The ``RunningMeanStd`` objects of a ``VecNormalize``, by name (one per key of a Dict observation)."""
-    observations = vec_normalize.obs_rms
-    named = (
-        {f"obs/{key}": value for key, value in observations.items()}
-        if isinstance(observations, dict)
-        else {"obs": observations}
-    )
-    return {**named, "ret": vec_normalize.ret_rms}
+#: The rank whose weights every rank starts from, and which logs, evaluates and saves.
+MAIN_RANK = 0
 
 
 class DistributedError(RuntimeError):
     """A rank is gone or stalled, or the ranks' parameters differ."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a :class:`Reducer` ran, as reported to :attr:`Reducer.on_collective`.
+
+    :param name: the ``torch.distributed`` function (``all_reduce``, ``broadcast``)
+    :param payload_bytes: the size of the tensor it exchanged
+    :param seconds: how long it took on this rank
+    """
+
+    name: str
+    payload_bytes: int
+    seconds: float
 
 
 def init_process_group(timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
@@ -108,10 +78,12 @@ class Reducer:
 
     def __init__(self, enabled: bool = False):
         self.enabled = enabled and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        self.rank = dist.get_rank() if self.enabled else 0
+        self.rank = dist.get_rank() if self.enabled else MAIN_RANK
         self.world_size = dist.get_world_size() if self.enabled else 1
         #: Where tensors built from numpy go before a collective (NCCL reduces CUDA tensors only).
         self.device = torch.device("cpu")
+        #: Called after every collective with what it exchanged (for benchmarks and monitoring); ``None``: nothing.
+        self.on_collective: Callable[[Collective], None] | None = None
 
     def mean(self, value: torch.Tensor, weight: float) -> torch.Tensor:
         """
@@ -124,15 +96,28 @@ class Reducer:
         if not self.enabled:
             return value
         packed = torch.cat([value.detach().reshape(-1) * weight, value.new_tensor([weight])])
-        self._all_reduce(packed)
+        self._call(dist.all_reduce, packed)
         return (packed[:-1] / packed[-1]).view_as(value)
+
+    def averaged(
+        self, function: Callable[[torch.Tensor], torch.Tensor], weight: float
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """
+        ``function`` with its result averaged over all ranks by :meth:`mean` (``function`` itself in one process).
+
+        :param function: a per-rank mean over this rank's samples, such as a Fisher-vector product
+        :param weight: this rank's number of samples
+        """
+        if not self.enabled:
+            return function
+        return lambda value: self.mean(function(value), weight)
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """The sum of ``value`` over all ranks (a new tensor)."""
         if not self.enabled:
             return value
         total = value.detach().clone()
-        self._all_reduce(total)
+        self._call(dist.all_reduce, total)
         return total
 
     def mean_gradients(self, params: list[torch.nn.Parameter], weight: float, loss: torch.Tensor) -> torch.Tensor:
@@ -156,12 +141,12 @@ class Reducer:
         return flat[-1]
 
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
-        """Overwrite ``tensors`` in place with rank 0's values."""
+        """Overwrite ``tensors`` in place with the main rank's values."""
         if not self.enabled:
             return
         with torch.no_grad():
             for tensor in tensors:
-                self._call(dist.broadcast, tensor, 0)
+                self._call(dist.broadcast, tensor, MAIN_RANK)
 
     def check_same(self, params: list[torch.nn.Parameter], what: str) -> None:
         """Raise :class:`DistributedError` when the ranks' ``params`` differ (a sum checksum, compared by min/max)."""
@@ -178,50 +163,15 @@ class Reducer:
                 "run the same sb3-npg, torch and configuration; restart from the last checkpoint"
             )
 
-    def combine_normalization(self, vec_normalize: Any, base: dict[str, Moments]) -> dict[str, Moments]:
-        """
-        Give every rank the ``VecNormalize`` statistics of all ranks' samples (in place), exactly.
-
-        Each rank's running statistics are ``base`` (the combined statistics after the previous call, the same on
-        every rank) merged with what its own environments added since. Those additions are recovered by un-merging
-        ``base``, summed over the ranks, and merged back into ``base``. The first call has no base: each rank's
-        statistics count whole (a run resumed from saved statistics then counts them once per rank).
-
-        :param vec_normalize: the ``VecNormalize`` wrapper of this rank's environments
-        :param base: what the previous call returned (empty at first)
-        :return: the combined statistics, to pass to the next call
-        """
-        if not self.enabled:
-            return base
-        combined = {}
-        for name, stats in _running_statistics(vec_normalize).items():
-            current = Moments(stats.mean, stats.var, stats.count)
-            added = current.without(base.get(name, Moments.empty_like(current)))
-            packed = torch.from_numpy(
-                np.concatenate(
-                    [[added.count], added.count * added.mean.ravel(), added.count * (added.var + added.mean**2).ravel()]
-                )
-            )
-            packed = packed.to(self.device)
-            self._all_reduce(packed)
-            packed = packed.cpu()
-            count = float(packed[0])
-            size = added.mean.size
-            mean = (packed[1 : 1 + size].numpy() / max(count, MIN_COUNT)).reshape(added.mean.shape)
-            second = (packed[1 + size :].numpy() / max(count, MIN_COUNT)).reshape(added.mean.shape)
-            total = base.get(name, Moments.empty_like(current)).merged(Moments(mean, np.maximum(second - mean**2, 0.0), count))
-            stats.mean, stats.var, stats.count = total.mean.copy(), total.var.copy(), total.count
-            combined[name] = total
-        return combined
-
-    def _all_reduce(self, tensor: torch.Tensor) -> None:
-        self._call(dist.all_reduce, tensor)
-
-    def _call(self, collective: Callable[..., Any], *args: Any) -> None:
+    def _call(self, collective: Callable[..., Any], tensor: torch.Tensor, *args: Any) -> None:
+        start = time.perf_counter()
         try:
-            collective(*args)
+            collective(tensor, *args)
         except RuntimeError as error:  # gloo and NCCL raise RuntimeError on a timeout or a lost peer
             raise DistributedError(
                 f"Rank {self.rank}: a collective failed, so another rank has died or stalled ({error}). Restart the "
                 "run from the last checkpoint written by rank 0."
             ) from error
+        if self.on_collective is not None:
+            payload = tensor.numel() * tensor.element_size()
+            self.on_collective(Collective(collective.__name__, payload, time.perf_counter() - start))

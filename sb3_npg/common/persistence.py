@@ -14,20 +14,32 @@ import io
 import json
 import pathlib
 import zipfile
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+import torch
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.type_aliases import GymEnv
+
+from sb3_npg.version import __version__
 
 #: The attribute (saved in ``data``) holding the format record.
 FORMAT_KEY = "sb3_npg_format"
 #: Bumped whenever a saved model can no longer be loaded by the code of an older version.
 FORMAT_VERSION = 1
-#: The package's version, from ``version.txt``.
-PACKAGE_VERSION = (pathlib.Path(__file__).parent.parent / "version.txt").read_text(encoding="utf-8").strip()
+#: The package's version.
+PACKAGE_VERSION = __version__
+#: Attributes that files of sb3-npg 0.1.0 hold under other names: the fault counts are now the event counts (the
+#: skipped steps are derived from those).
+LEGACY_EVENT_COUNTS = "fault_counts"
+LEGACY_DERIVED = ("skipped_steps",)
 #: The archive members SB3's ``load`` needs.
 REQUIRED_MEMBERS = ("data", "policy.pth")
 #: SB3's ``load`` also tries the path with this suffix.
 MODEL_SUFFIX = ".zip"
 
 PathLike = str | pathlib.Path | io.BufferedIOBase
+SelfPersistent = TypeVar("SelfPersistent", bound="RecordedFormat")
 
 
 def format_record(algorithm: str) -> dict[str, Any]:
@@ -103,3 +115,83 @@ def check_saved_model(path: PathLike, algorithm: str) -> None:
             f"{path} was saved by sb3-npg {record.get('package_version')} in file format {version}, which this "
             f"sb3-npg {PACKAGE_VERSION} (format {FORMAT_VERSION}) cannot read: upgrade sb3-npg to load it"
         )
+
+
+def upgrade_legacy_attributes(attributes: dict[str, Any]) -> None:
+    """
+    Bring the attributes of a model loaded from an older file to today's names, in place (the file format is the
+    same; only names changed): sb3-npg 0.1.0's ``fault_counts`` become ``event_counts``, and its stored
+    ``skipped_steps`` give way to the count derived from them.
+
+    :param attributes: the loaded model's ``__dict__``
+    """
+    legacy = attributes.pop(LEGACY_EVENT_COUNTS, None)
+    for name in LEGACY_DERIVED:
+        attributes.pop(name, None)
+    if isinstance(legacy, dict):
+        current = attributes.get("event_counts", {})
+        attributes["event_counts"] = current | {event: count for event, count in legacy.items() if event in current or count}
+
+
+class RecordedFormat(BaseAlgorithm):
+    """
+    SB3's ``save`` and ``load``, with the format record: saved with every model, checked before anything is loaded.
+
+    A subclass restores what is not saved (process-local state) in :meth:`_after_load`.
+    """
+
+    def save(self, path: PathLike, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
+        """
+        Save the model as SB3 does, with a record of the saving algorithm and file format that ``load`` checks.
+
+        :param path: the file (``.zip`` is added when missing) or a file object
+        :param exclude: names of attributes not to save, in addition to the default ones
+        :param include: names of attributes to save even if they would be excluded
+        """
+        setattr(self, FORMAT_KEY, format_record(type(self).__name__))
+        super().save(path, exclude=exclude, include=include)
+
+    @classmethod
+    def load(
+        cls: type[SelfPersistent],
+        path: PathLike,
+        env: GymEnv | None = None,
+        device: torch.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfPersistent:
+        """
+        Load a model saved by this algorithm (see SB3's ``BaseAlgorithm.load``).
+
+        Before SB3 deserializes anything, the archive's JSON is read and checked: a file that is not an intact model
+        archive, holds another algorithm, or comes from a newer file format gets a ``ValueError`` saying what to do.
+        SB3 then unpickles the objects embedded in the archive (the policy class, schedules, spaces): load only files
+        you trust, or replace those entries with ``custom_objects``.
+
+        :param path: the saved file (``.zip`` may be omitted) or a file object
+        :param env: the environment to continue with (its spaces must match the saved ones)
+        :param device: the device to put the model on
+        :param custom_objects: entries of the saved data to replace instead of unpickling them
+        :param print_system_info: print the system information of the machine that saved the model
+        :param force_reset: reset the environment before the next ``learn()``
+        :param kwargs: attributes to set on the loaded model
+        :return: the loaded model
+        """
+        check_saved_model(path, cls.__name__)
+        model = super().load(
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+        upgrade_legacy_attributes(model.__dict__)
+        model._after_load()
+        return model
+
+    def _after_load(self) -> None:
+        """Restore the state that is not saved with the model (nothing by default)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import torch
@@ -9,39 +12,109 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from sb3_npg.common.base import NaturalPolicyGradient, StepOutcome, StepProposal
+from sb3_npg.common.algorithm import NaturalPolicyGradient
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
-from sb3_npg.common.docs import ARGS_AFTER_LINE_SEARCH, ARGS_BEFORE_LINE_SEARCH, ARGS_LINE_SEARCH, SHARED_FEATURES_NOTE
+from sb3_npg.common.natural_step import NO_STEP, StepOutcome, StepProposal
 from sb3_npg.common.validation import check_float, check_int
 from sb3_npg.trpo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
-REJECTED = 0.0
+#: Counted (``train/events/line_search_failed``) when no candidate passes and the old parameters are restored.
+LINE_SEARCH_FAILED = "line_search_failed"
+#: The KL logged for a rejected step: the parameters did not move.
+NO_STEP_KL = 0.0
 
 
 class TRPO(NaturalPolicyGradient):
-    __doc__ = (
-        """
+    """
     Trust Region Policy Optimization (TRPO)
 
     Paper: https://arxiv.org/abs/1502.05477 (Schulman et al., 2015)
 
-    A drop-in replacement for ``sb3_contrib.TRPO``: every argument of its constructor is accepted with the same
-    meaning and default. The natural step ``sqrt(2 * target_kl / s^T F s) * s`` is shrunk by
-    ``line_search_shrinking_factor`` until the KL from the old policy is at most ``target_kl`` and the surrogate
-    objective improved; if no candidate passes, the old parameters are kept.
-"""
-        + SHARED_FEATURES_NOTE
-        + ARGS_BEFORE_LINE_SEARCH
-        + ARGS_LINE_SEARCH
-        + ARGS_AFTER_LINE_SEARCH
-    )
+    Takes every argument of ``sb3_contrib.TRPO``'s constructor, in its order and with its defaults, so its
+    configurations run unchanged (the KL convention below differs: see ``target_kl``). The natural step
+    ``sqrt(2 * target_kl / s^T F s) * s`` is shrunk by ``line_search_shrinking_factor`` until the KL from the old
+    policy is at most ``target_kl`` and the surrogate objective improved; if no candidate passes, the old parameters
+    are kept.
+
+    Actor and critic parameters are found from the computation graph, not from names, so custom policies work.
+    With a shared features extractor (``share_features_extractor=True``, the default of ``CnnPolicy``) the
+    extractor belongs to the actor: only the natural step moves it, so the critic cannot move the policy outside
+    the trust region; the critic's optimizer trains the value head (and a separate value extractor) only.
+
+    :param policy: The policy model to use (``MlpPolicy``, ``CnnPolicy``, ``MultiInputPolicy``) or an
+        ``ActorCriticPolicy`` subclass
+    :param env: The environment to learn from (if registered in Gymnasium, can be a str)
+    :param learning_rate: The learning rate of the critic's optimizer (Adam by default); it can be a function
+        of the remaining progress (from 1 to 0). The actor has no learning rate: its step is set by ``target_kl``
+    :param n_steps: The number of steps to run for each environment per update (the rollout holds
+        ``n_steps * n_envs`` samples, which must be at least 2 when ``normalize_advantage``)
+    :param batch_size: Minibatch size of the critic's optimizer steps
+    :param gamma: Discount factor, in [0, 1]
+    :param cg_max_steps: The most Fisher-vector products conjugate gradient uses to solve ``F s = g``
+    :param cg_damping: Damping added to the Fisher-vector product, ``(F + cg_damping * I) v``, >= 0
+    :param line_search_shrinking_factor: Step-size reduction factor of the backtracking line search, in (0, 1):
+        the i-th candidate is ``theta + line_search_shrinking_factor**i * full_step``
+    :param line_search_max_iter: The most candidates the backtracking line search tries before it keeps the
+        old parameters
+    :param n_critic_updates: The number of epochs of critic minibatch updates per rollout (0 disables the critic)
+    :param gae_lambda: Factor of the bias-variance trade-off of the Generalized Advantage Estimator, in [0, 1]
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE) instead of action noise
+        (Box actions only)
+    :param sde_sample_freq: Sample a new gSDE noise matrix every n steps (-1: only at the start of each rollout)
+    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it is selected from the observation space
+    :param rollout_buffer_kwargs: Keyword arguments of the rollout buffer
+    :param normalize_advantage: Whether to normalize the advantages over the rollout
+    :param target_kl: The KL radius of each natural step, > 0: the step is scaled so that the quadratic model
+        of the KL from the old policy equals it. The KL is the true KL of the joint action distribution, summed
+        over action dimensions (sb3-contrib's TRPO averages it over them, so its ``target_kl`` on a d-dimensional
+        Box is d times looser)
+    :param sub_sampling_factor: Use every n-th sample of the rollout for the whole policy update (gradient,
+        Fisher products and line search), as sb3-contrib does; the critic always uses the full rollout
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: The log location for TensorBoard (if None, no logging)
+    :param policy_kwargs: Additional arguments to be passed to the policy on creation
+    :param verbose: The verbosity level: 0 no output, 1 info, 2 debug
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run; "auto" uses the GPU if possible
+    :param max_grad_norm: The cap on the global L2 norm of the critic's gradient before each optimizer step
+        (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
+    :param cg_residual_tol: Conjugate gradient stops once the squared residual norm ``||g - F s||^2`` is at or
+        below this, >= 0
+    :param policy_batch_size: ``None``: one natural step on the whole rollout (as sb3-contrib). An int: one
+        natural step per shuffled minibatch of that size, each measured from the parameters left by the previous
+        one (its own base point), as in the classic NPG learners
+    :param fisher: How Fisher-vector products are computed; both give the same product (the Hessian of the mean
+        KL at the base point). ``"analytic"`` (default): the Gauss-Newton product ``J^T M J v`` with the action
+        distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
+        ``"autograd"``: double backward through the KL, for custom distributions (``benchmarks/bench_fisher.py``
+        times both)
+    :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
+        only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
+        baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the
+        gradient loses no samples
+    :param critic_fit: How the critic is fitted each update. ``"minibatch"`` (default, as sb3-contrib):
+        ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the policy's optimizer with the
+        ``max_grad_norm`` clip. ``"lbfgs"``: full-batch L-BFGS with a strong-Wolfe line search, at most
+        ``n_critic_updates`` iterations, started afresh each update; the line search sets the step, so
+        ``learning_rate``, ``batch_size`` and ``max_grad_norm`` do not apply to the critic
+    :param distributed: Data-parallel training on ``torch.distributed`` (launch with ``torchrun``): each rank collects
+        its own rollouts (seeded ``seed + rank``), and every mean an update computes (advantage statistics, surrogate
+        gradient, Fisher-vector products, line-search surrogate and KL, critic gradients) is averaged over all ranks'
+        samples, so all ranks take the same step from rank 0's initial weights. Joins the process group of the
+        ``torchrun`` environment variables unless one is initialized (NCCL with CUDA, else gloo)
+    :param distributed_timeout: Seconds a collective waits for the other ranks before the run stops with
+        ``sb3_npg.common.distributed.DistributedError`` (a rank died or stalled)
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
     }
-    has_line_search: ClassVar[bool] = True
+    counted_events: ClassVar[tuple[str, ...]] = (*NaturalPolicyGradient.counted_events, LINE_SEARCH_FAILED)
+    refused_step_metrics: ClassVar[Mapping[str, float]] = MappingProxyType({"is_line_search_success": 0.0})
 
     def __init__(
         self,
@@ -132,13 +205,19 @@ class TRPO(NaturalPolicyGradient):
         check_int("line_search_max_iter", self.line_search_max_iter, 1)
 
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
-        """Backtrack from the full step until the KL is within ``target_kl`` and the surrogate improved."""
-        kl = REJECTED
+        """
+        Backtracking line search: try ``full_step * line_search_shrinking_factor**i`` for ``i = 0, 1, ...``; accept the
+        first candidate whose KL from the old policy is at most ``target_kl`` and whose surrogate improved on the old
+        one; when ``line_search_max_iter`` candidates fail, restore the old parameters.
+        """
+        candidate_kl = math.nan
         for shrink_count in range(self.line_search_max_iter):
             fraction = self.line_search_shrinking_factor**shrink_count
             proposal.apply(fraction)
-            surrogate, kl = proposal.evaluate()
-            if kl <= self.target_kl and surrogate > proposal.surrogate_before:
-                return StepOutcome(fraction=fraction, surrogate=surrogate, kl=kl, last_candidate_kl=kl)
-        proposal.apply(REJECTED)
-        return StepOutcome(fraction=REJECTED, surrogate=proposal.surrogate_before, kl=0.0, last_candidate_kl=kl)
+            surrogate, candidate_kl = proposal.evaluate()
+            if candidate_kl <= self.target_kl and surrogate > proposal.surrogate_before:
+                metrics = {"is_line_search_success": 1.0, "line_search_last_kl": candidate_kl}
+                return StepOutcome(fraction, surrogate, candidate_kl, metrics)
+        proposal.apply(NO_STEP)
+        metrics = {"is_line_search_success": 0.0, "line_search_last_kl": candidate_kl}
+        return StepOutcome(NO_STEP, proposal.surrogate_before, NO_STEP_KL, metrics, events=(LINE_SEARCH_FAILED,))

@@ -1,8 +1,8 @@
 """Data-parallel training from the command line: the RL Zoo's ``train`` on every rank of a ``torchrun`` launch.
 
-    torchrun --nproc-per-node 4 -m sb3_npg.distributed --algo npg --env Hopper-v5 -n 1000000 -f logs --seed 0
+    torchrun --nproc-per-node 4 -m sb3_npg.zoo.torchrun --algo npg --env Hopper-v5 -n 1000000 -f logs --seed 0
     torchrun --nnodes 8 --nproc-per-node 16 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m sb3_npg.distributed --algo npg_trpo --env Hopper-v5 -n 10000000 -f logs
+        -m sb3_npg.zoo.torchrun --algo npg_trpo --env Hopper-v5 -n 10000000 -f logs
 
 Every flag is the RL Zoo's ``train`` flag (``-n`` total timesteps over all ranks, ``-f`` log folder, ``--seed``,
 ``-conf``, ``-params``...), read from the same hyperparameter sources as ``sb3-npg-zoo train``; one is ours:
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     rank = dist.get_rank()
     scratch = tempfile.mkdtemp(prefix=f"sb3_npg_rank{rank}_") if rank != 0 else None
     register()
-    sys.argv = ["sb3_npg.distributed", *rank_arguments(args, rank, scratch)]
+    sys.argv = ["sb3_npg.zoo.torchrun", *rank_arguments(args, rank, scratch)]
     try:
         SCRIPTS["train"]()
     finally:

@@ -1,0 +1,402 @@
+"""The shared base of NPG and TRPO: construction and validation, ``train()`` as a pipeline of named steps, learn, logs.
+
+Where to change what (``docs/design.md`` has the whole map):
+
+- the objective: ``policy_objective`` (:mod:`sb3_npg.common.natural_step`: the surrogate and the KL, one function);
+- the acceptance rule: ``_accept_step`` of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`;
+- the critic fit: :mod:`sb3_npg.common.critic`;
+- what is synchronised across ranks: every call of ``self._reducer`` (:mod:`sb3_npg.common.distributed`);
+- the file format: :mod:`sb3_npg.common.persistence`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import partial
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import (
+    ActorCriticCnnPolicy,
+    ActorCriticPolicy,
+    BasePolicy,
+    MultiInputActorCriticPolicy,
+)
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import explained_variance
+from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_npg.common.batches import (
+    MIN_NORMALIZED_ROLLOUT,
+    Observations,
+    RolloutTensors,
+    normalized_advantages,
+    policy_batches,
+    rollout_tensors,
+)
+from sb3_npg.common.checks import (
+    FiniteRolloutCheck,
+    check_action_space,
+    check_parameters_finite,
+    check_rollout_finite,
+    warn_if_batches_uneven,
+)
+from sb3_npg.common.critic import CRITIC_FITS, CriticFit, make_critic_optimizer
+from sb3_npg.common.distributed import CHECKSUM_INTERVAL, DEFAULT_TIMEOUT_SECONDS, MAIN_RANK, Reducer, init_process_group
+from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS
+from sb3_npg.common.natural_step import NaturalStepMixin
+from sb3_npg.common.persistence import RecordedFormat
+from sb3_npg.common.policy_parameters import split_actor_critic_parameters
+from sb3_npg.common.stats import WeightedMeans
+from sb3_npg.common.validation import (
+    check_choice,
+    check_float,
+    check_int,
+    check_learning_rate,
+    check_optional_float,
+    check_optional_int,
+)
+from sb3_npg.common.vec_normalize_sync import Moments, combine_normalization
+
+SelfNaturalPolicyGradient = TypeVar("SelfNaturalPolicyGradient", bound="NaturalPolicyGradient")
+
+#: Keys recorded on every update even when no batch produced them (every step skipped, no critic epoch).
+ALWAYS_LOGGED_KEYS = (
+    "policy_objective",
+    "kl_divergence",
+    "entropy",
+    "surrogate_improvement",
+    "expected_improvement",
+    "step_fraction",
+    "cg_iterations",
+    "cg_residual",
+    "policy_grad_norm",
+    "value_loss",
+    "value_grad_norm",
+)
+#: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
+FISHER_PRODUCTS = ("analytic", "autograd")
+#: The recommended settings for fast updates, to put after any configuration:
+#: ``NPG("MlpPolicy", env, **{**config, **FAST_SETTINGS})``. Fisher products on every 5th sample (as OpenAI baselines'
+#: TRPO) and a full-batch L-BFGS critic fit of at most 10 iterations (replacing the epochs of ``n_critic_updates``).
+#: ``benchmarks/bench_update.py`` and ``benchmarks/bench_learn.py`` measure them against sb3-contrib's TRPO.
+FAST_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    {"fisher_sub_sampling_factor": 5, "critic_fit": "lbfgs", "n_critic_updates": 10}
+)
+
+
+class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm):
+    """
+    The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient step per policy
+    batch, then a critic fit. Subclasses decide only what to do with a proposed step (:meth:`_accept_step`).
+
+    The constructor arguments are documented on :class:`~sb3_npg.NPG`.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": ActorCriticPolicy,
+        "CnnPolicy": ActorCriticCnnPolicy,
+        "MultiInputPolicy": MultiInputActorCriticPolicy,
+    }
+    policy: ActorCriticPolicy
+    rollout_buffer: RolloutBuffer
+
+    def __init__(
+        self,
+        policy: str | type[ActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 1e-3,
+        n_steps: int = 2048,
+        batch_size: int = 128,
+        gamma: float = 0.99,
+        cg_max_steps: int = 15,
+        cg_damping: float = 0.1,
+        n_critic_updates: int = 10,
+        gae_lambda: float = 0.95,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        normalize_advantage: bool = True,
+        target_kl: float = 0.01,
+        sub_sampling_factor: int = 1,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        *,
+        max_grad_norm: float | None = 0.5,
+        cg_residual_tol: float = 1e-10,
+        policy_batch_size: int | None = None,
+        fisher: str = "analytic",
+        fisher_sub_sampling_factor: int = 1,
+        critic_fit: str = "minibatch",
+        distributed: bool = False,
+        distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        _init_setup_model: bool = True,
+    ):
+        if distributed:
+            init_process_group(distributed_timeout)
+        self._reducer = Reducer(distributed)
+        if seed is not None:
+            seed += self._reducer.rank  # each rank explores with its own environments and noise
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            ent_coef=0.0,  # no entropy bonus: the natural step follows the surrogate alone
+            vf_coef=0.0,  # the critic is fitted separately
+            max_grad_norm=0.0,  # replaced below by our own option, which may be None
+            use_sde=False,  # set below, so that our check names the option (SB3 asserts it without the name)
+            sde_sample_freq=sde_sample_freq,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            device=device,
+            seed=seed,
+            _init_setup_model=False,
+            supported_action_spaces=None,  # checked below with a ValueError instead of SB3's assert
+        )
+        # The natural step: its radius, its batches and its advantages.
+        self.target_kl, self.policy_batch_size, self.sub_sampling_factor = target_kl, policy_batch_size, sub_sampling_factor
+        self.normalize_advantage = normalize_advantage
+        # Conjugate gradient and its Fisher-vector products.
+        self.cg_max_steps, self.cg_damping, self.cg_residual_tol = cg_max_steps, cg_damping, cg_residual_tol
+        self.fisher, self.fisher_sub_sampling_factor = fisher, fisher_sub_sampling_factor
+        # The critic's fit.
+        self.critic_fit, self.n_critic_updates, self.batch_size = critic_fit, n_critic_updates, batch_size
+        self.max_grad_norm = max_grad_norm  # type: ignore[assignment]
+        # Data-parallel training.
+        self.distributed, self.distributed_timeout = distributed, distributed_timeout
+        self._normalization_base: dict[str, Moments] = {}
+        #: How often each of :attr:`counted_events` happened since the start of training (saved with the model).
+        self.event_counts: dict[str, int] = dict.fromkeys(self.counted_events, 0)
+        self.use_sde = use_sde
+        self._validate_hyperparameters()
+        if self.env is not None:
+            self._validate_environment()
+        if _init_setup_model:
+            self._setup_model()
+
+    # ------------------------------------------------------------------ set-up and validation
+
+    def _validate_hyperparameters(self) -> None:
+        """Raise a ``ValueError`` naming the first option outside its allowed range."""
+        check_learning_rate(self.learning_rate)
+        check_int("n_steps", self.n_steps, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_float("gamma", self.gamma, 0.0, 1.0)
+        check_float("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_int("cg_max_steps", self.cg_max_steps, 1)
+        check_float("cg_damping", self.cg_damping, 0.0)
+        check_float("cg_residual_tol", self.cg_residual_tol, 0.0)
+        check_int("n_critic_updates", self.n_critic_updates, 0)
+        check_float("target_kl", self.target_kl, 0.0, low_inclusive=False)
+        check_int("sub_sampling_factor", self.sub_sampling_factor, 1)
+        check_optional_float("max_grad_norm", self.max_grad_norm)
+        check_optional_int("policy_batch_size", self.policy_batch_size, 1)
+        check_int("stats_window_size", self._stats_window_size, 1)
+        check_choice("fisher", self.fisher, FISHER_PRODUCTS)
+        check_int("fisher_sub_sampling_factor", self.fisher_sub_sampling_factor, 1)
+        check_choice("critic_fit", self.critic_fit, CRITIC_FITS)
+        for name in ("normalize_advantage", "use_sde"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
+            raise ValueError(f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}")
+
+    def _validate_environment(self) -> None:
+        """Checks that need the environment: the action space and the rollout size."""
+        check_action_space(type(self).__name__, self.action_space, self.use_sde)
+        rollout_size = self.n_steps * self.n_envs
+        if self.normalize_advantage and rollout_size < MIN_NORMALIZED_ROLLOUT:
+            raise ValueError(
+                f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
+                f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
+            )
+        warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")
+        if self.policy_batch_size is not None:
+            where = "the policy's samples (n_steps * n_envs / sub_sampling_factor, rounded up)"
+            policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
+            warn_if_batches_uneven("policy_batch_size", self.policy_batch_size, policy_samples, where)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        if self.fisher == "analytic" and not isinstance(self.policy.action_dist, ANALYTIC_FISHER_DISTRIBUTIONS):
+            raise ValueError(
+                f"`fisher='analytic'` does not know the Fisher of {type(self.policy.action_dist).__name__}: "
+                "use fisher='autograd'"
+            )
+        self._actor_params, self._critic_params = split_actor_critic_parameters(self.policy)
+        # The critic's optimizer covers the critic's own parameters only: the actor moves by natural steps.
+        self.policy.optimizer = make_critic_optimizer(
+            self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
+        )
+        self._reducer.device = self.device
+        self._reducer.broadcast_(list(self.policy.parameters()))  # every rank starts from the main rank's weights
+
+    @property
+    def actor_parameters(self) -> tuple[torch.nn.Parameter, ...]:
+        """The parameters the action distribution depends on (a shared features extractor included): the natural
+        step moves them, in this order in every flat vector."""
+        return tuple(self._actor_params)
+
+    @property
+    def critic_parameters(self) -> tuple[torch.nn.Parameter, ...]:
+        """The value function's own parameters: the critic's optimizer moves them, and nothing else."""
+        return tuple(self._critic_params)
+
+    @property
+    def reducer(self) -> Reducer:
+        """Averages every per-sample mean of an update across ``torch.distributed`` ranks (the identity in one
+        process); its ``on_collective`` reports each message."""
+        return self._reducer
+
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        """SB3's callbacks, after :class:`~sb3_npg.common.checks.FiniteRolloutCheck`: NaN or inf from the
+        environment stop training before any callback, the policy or the rollout buffer sees them."""
+        if callback is None:
+            callbacks: list[BaseCallback] = []
+        elif isinstance(callback, list):
+            callbacks = callback
+        else:
+            callbacks = [callback if isinstance(callback, BaseCallback) else ConvertCallback(callback)]
+        return super()._init_callback([FiniteRolloutCheck(), *callbacks], progress_bar)
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """
+        SB3's rollout collection, refused up front when the policy's parameters are not finite. With
+        ``distributed=True``, ``num_timesteps`` counts every rank's samples once the rollout is complete (during it,
+        the callbacks see this rank's steps added to the count at its start).
+        """
+        check_parameters_finite(self.policy, type(self).__name__)
+        start = self.num_timesteps
+        complete = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        self.num_timesteps = start + (self.num_timesteps - start) * self._reducer.world_size
+        return complete
+
+    # ------------------------------------------------------------------ the update
+
+    def train(self) -> None:
+        """One update: check its inputs, share normalization statistics across ranks, a natural step per policy
+        batch, the critic fit, one log record."""
+        self._check_update_inputs()
+        vec_normalize = self.get_vec_normalize_env()
+        if vec_normalize is not None:
+            self._normalization_base = combine_normalization(self._reducer, vec_normalize, self._normalization_base)
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        rollout = rollout_tensors(self.rollout_buffer)
+        policy_stats = self._update_actor(rollout)
+        critic_stats = self._fit_critic(rollout.observations, rollout.returns)
+        self._record_logs(policy_stats.means(), critic_stats.means())
+
+    def _check_update_inputs(self) -> None:
+        """Finite parameters and rollout; every ``CHECKSUM_INTERVAL`` updates, the same parameters on every rank."""
+        check_parameters_finite(self.policy, type(self).__name__)
+        check_rollout_finite(self.rollout_buffer)
+        if self._n_updates % CHECKSUM_INTERVAL == 0:
+            self._reducer.check_same(list(self.policy.parameters()), "policy parameters")
+
+    def _update_actor(self, rollout: RolloutTensors) -> WeightedMeans:
+        """One natural step per policy batch: the rollout, sub-sampled, advantages normalized over it."""
+        stats = WeightedMeans()
+        batches = policy_batches(
+            rollout,
+            self.sub_sampling_factor,
+            self.policy_batch_size,
+            discrete_actions=isinstance(self.action_space, spaces.Discrete),
+            normalize=partial(normalized_advantages, reducer=self._reducer) if self.normalize_advantage else None,
+        )
+        for batch in batches:
+            self._natural_step(batch, stats)
+            self._n_updates += 1
+        return stats
+
+    def _fit_critic(self, observations: Observations, returns: torch.Tensor) -> WeightedMeans:
+        """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""
+        if self.n_critic_updates == 0:
+            return WeightedMeans()
+        critic = CriticFit(self.policy, self._critic_params, self._reducer)
+        if self.critic_fit == "lbfgs":
+            return critic.lbfgs(observations, returns, self.n_critic_updates)
+        return critic.minibatch_epochs(observations, returns, self.n_critic_updates, self.batch_size, self.max_grad_norm)
+
+    def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
+        """One record per update: every key of ``docs/design.md``'s diagnostics."""
+        means = {key: math.nan for key in ALWAYS_LOGGED_KEYS} | policy_means | critic_means
+        for key, value in means.items():
+            self.logger.record(f"train/{key}", value)
+        values = self.rollout_buffer.values.flatten()
+        returns = self.rollout_buffer.returns.flatten()
+        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        log_std = getattr(self.policy, "log_std", None)
+        if isinstance(log_std, torch.Tensor):
+            self.logger.record("train/std", torch.exp(log_std.detach()).mean().item())
+        self.logger.record("train/skipped_steps", self.skipped_steps)
+        for event in self.counted_events:
+            self.logger.record(f"train/events/{event}", self.event_counts.get(event, 0))
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    # ------------------------------------------------------------------ learn, save, load
+
+    def learn(
+        self: SelfNaturalPolicyGradient,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfNaturalPolicyGradient:
+        """
+        Train for ``total_timesteps`` environment steps (see SB3's ``OnPolicyAlgorithm.learn``).
+
+        :param total_timesteps: the number of environment steps to train for
+        :param callback: callback(s) called at every step with the state of the algorithm
+        :param log_interval: the number of rollouts between two log records
+        :param tb_log_name: the name of the TensorBoard run (default: the algorithm's class name)
+        :param reset_num_timesteps: whether to reset the current timestep count (used in logging)
+        :param progress_bar: display a progress bar using tqdm and rich
+        :return: the trained model
+
+        With ``distributed=True``, ``total_timesteps`` and ``num_timesteps`` count the samples of all ranks (each rank
+        collects its share), and only rank 0 logs and runs the callbacks (evaluation, checkpoints) and the progress bar.
+        """
+        if self._reducer.rank != MAIN_RANK:
+            callback, progress_bar = None, False
+            self.set_logger(configure(None, []))
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name or type(self).__name__,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
+
+    def _after_load(self) -> None:
+        """A model saved by a distributed run loads in a plain process (the reducer is then the identity) and joins
+        the ranks again when loaded under torchrun with a process group initialized."""
+        self._reducer = Reducer(self.distributed)
+        self._reducer.device = self.device
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer", "_normalization_base"]

@@ -1,0 +1,131 @@
+"""The rollout as tensors, the batches of the natural step, and row selection in observations of any space."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import torch
+from stable_baselines3.common.buffers import RolloutBuffer
+
+from sb3_npg.common.distributed import Reducer
+
+#: A batch of observations: a tensor, or a dict of tensors for Dict observation spaces.
+Observations = torch.Tensor | dict[str, torch.Tensor]
+#: Added to the advantages' standard deviation when normalizing them.
+ADVANTAGE_NORMALIZATION_EPS = 1e-8
+#: The smallest rollout for which advantages can be normalized (a standard deviation needs two samples).
+MIN_NORMALIZED_ROLLOUT = 2
+
+
+class RolloutTensors(NamedTuple):
+    """The parts of the rollout an update uses, as tensors."""
+
+    observations: Observations
+    actions: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+class PolicyBatch(NamedTuple):
+    """The tensors one natural step needs."""
+
+    observations: Observations
+    actions: torch.Tensor
+    advantages: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        """The number of samples."""
+        return len(self.advantages)
+
+
+def first_tensor(observations: Observations) -> torch.Tensor:
+    """The observations' tensor (the first one of a dict), to count samples."""
+    return next(iter(observations.values())) if isinstance(observations, dict) else observations
+
+
+def select_rows(observations: Observations, index: slice | torch.Tensor) -> Observations:
+    """
+    Rows ``index`` of a batch of observations.
+
+    :param observations: a tensor, or a dict of tensors for Dict spaces
+    :param index: a slice or an index tensor over the first dimension
+    :return: the selected rows, in the same structure
+    """
+    if isinstance(observations, dict):
+        return {key: value[index] for key, value in observations.items()}
+    return observations[index]
+
+
+def float64_to_float32(observations: Observations) -> Observations:
+    """Float64 observations as float32 (SB3's preprocessing of a Box does ``.float()``); others unchanged."""
+    if isinstance(observations, dict):
+        return {key: float64_to_float32(value) for key, value in observations.items()}  # type: ignore[misc]
+    return observations.float() if observations.dtype == torch.float64 else observations
+
+
+def rollout_tensors(buffer: RolloutBuffer) -> RolloutTensors:
+    """
+    The whole rollout as tensors (in the buffer's shuffled order), converted once per update.
+
+    Float64 observations (MuJoCo's) become float32 here, which is what the policy's preprocessing would do on every
+    forward pass, so every minibatch and forward pass after this copies half the bytes and converts nothing.
+
+    :param buffer: the filled rollout buffer
+    """
+    rollout = next(buffer.get(batch_size=None))
+    return RolloutTensors(float64_to_float32(rollout.observations), rollout.actions, rollout.advantages, rollout.returns)
+
+
+def normalized_advantages(advantages: torch.Tensor, reducer: Reducer) -> torch.Tensor:
+    """
+    Advantages minus their mean over all samples, over their (unbiased) standard deviation there.
+
+    Across ranks in two passes, mean then squared deviations, as stable as the single-process formula.
+
+    :param advantages: this rank's advantages
+    :param reducer: the model's reducer
+    """
+    if not reducer.enabled:
+        if len(advantages) < MIN_NORMALIZED_ROLLOUT:
+            return advantages
+        return (advantages - advantages.mean()) / (advantages.std() + ADVANTAGE_NORMALIZATION_EPS)
+    total, count = reducer.sum(torch.stack([advantages.sum(), advantages.new_tensor(float(len(advantages)))]))
+    if count < MIN_NORMALIZED_ROLLOUT:
+        return advantages
+    mean = total / count
+    variance = reducer.sum((advantages - mean).square().sum()) / (count - 1)
+    return (advantages - mean) / (variance.sqrt() + ADVANTAGE_NORMALIZATION_EPS)
+
+
+def policy_batches(
+    rollout: RolloutTensors,
+    sub_sampling_factor: int,
+    batch_size: int | None,
+    *,
+    discrete_actions: bool,
+    normalize: Callable[[torch.Tensor], torch.Tensor] | None,
+) -> Iterator[PolicyBatch]:
+    """
+    The policy's share of the rollout: every ``sub_sampling_factor``-th sample, in batches of ``batch_size``.
+
+    :param rollout: the whole rollout
+    :param sub_sampling_factor: keep every n-th sample
+    :param batch_size: the samples of each batch (``None``: one batch of all)
+    :param discrete_actions: whether actions are indices of a ``Discrete`` space (made ``long`` and flat)
+    :param normalize: applied to the kept advantages, all together, before batching (``None``: they stay raw)
+    """
+    index = slice(None, None, sub_sampling_factor)
+    observations = select_rows(rollout.observations, index)
+    actions = rollout.actions[index]
+    if discrete_actions:
+        actions = actions.long().flatten()
+    advantages = rollout.advantages[index]
+    if normalize is not None:
+        advantages = normalize(advantages)
+    size = len(advantages)
+    step = batch_size or size
+    for start in range(0, size, step):
+        part = slice(start, start + step)
+        yield PolicyBatch(select_rows(observations, part), actions[part], advantages[part])
