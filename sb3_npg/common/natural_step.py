@@ -10,6 +10,9 @@ The order of one step (Kakade 2001; Schulman et al. 2015), for a batch of the ro
    quantity raises :class:`SkippedStep` and nothing is applied.
 4. The algorithm's acceptance hook turns the :class:`StepProposal` into a :class:`StepOutcome`: NPG takes the full
    step, TRPO backtracks.
+
+:class:`NaturalStepMixin` runs these for one policy batch as methods of the algorithm (``policy_objective`` is the
+method to override to change the objective), counts the events and records the batch's metrics.
 """
 
 from __future__ import annotations
