@@ -213,15 +213,26 @@ def test_invalid_options_raise_value_error_naming_the_option(algo, option, value
 def test_invalid_line_search_options(option, value):
     with pytest.raises(ValueError, match=f"`{option}`"):
         TRPO("MlpPolicy", "CartPole-v1", **{option: value})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=rf"^NPG\(\) got unexpected keyword argument\(s\) '{option}': TRPO accepts it$"):
         NPG("MlpPolicy", "CartPole-v1", **{option: value})
 
 
 def test_rollout_too_small_to_normalize_and_oversized_batch(algo):
     with pytest.raises(ValueError, match="n_steps \\* n_envs"):
         algo("MlpPolicy", "CartPole-v1", n_steps=1)
-    with pytest.warns(UserWarning, match="`batch_size`=512 is larger than the rollout"):
+    with pytest.warns(UserWarning, match="`batch_size`=512 is larger than the rollout") as caught:
         algo("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=512)
+    assert caught[0].filename == __file__  # the user's line, not one inside sb3-npg
+
+
+def test_configuration_errors_are_also_assertion_errors_as_sb3_contribs_asserts_are(algo):
+    """Code written against sb3-contrib catches AssertionError; ours says which option and why."""
+    with pytest.raises(AssertionError, match="`target_kl`"):
+        algo("MlpPolicy", "CartPole-v1", target_kl=-1.0)
+    with pytest.raises(AssertionError, match="n_steps \\* n_envs"):
+        algo("MlpPolicy", "CartPole-v1", n_steps=1)
+    with pytest.raises(AssertionError, match="does not support the action space"):
+        algo("MlpPolicy", DummyVecEnv([_TupleActionEnv]))
 
 
 class _TupleActionEnv(gym.Env):

@@ -301,11 +301,67 @@ def _rewrite_data(source, target, change):
 
 
 def test_loading_another_algorithms_file_names_the_right_class(saved_trpo):
-    with pytest.raises(ValueError, match=r"holds a TRPO model, not a NPG one: load it with TRPO\.load"):
+    with pytest.raises(ValueError, match=r"holds a TRPO model, not an NPG one: load it with TRPO\.load"):
         NPG.load(saved_trpo)
     assert isinstance(TRPO.load(saved_trpo), TRPO)
     with open(saved_trpo, "rb") as file:  # a file object works too, and is rewound for SB3
         assert isinstance(TRPO.load(io.BufferedReader(file)), TRPO)
+
+
+class _MyTRPO(TRPO):
+    """A user's subclass."""
+
+
+class _MyNPG(NPG):
+    """A user's subclass of the other algorithm."""
+
+
+def test_subclasses_load_files_of_their_bases_and_bases_load_files_of_their_subclasses(saved_trpo, tmp_path):
+    assert type(_MyTRPO.load(saved_trpo)) is _MyTRPO
+    _MyTRPO("MlpPolicy", "CartPole-v1", **TINY).save(tmp_path / "mine.zip")
+    assert type(TRPO.load(tmp_path / "mine.zip")) is TRPO
+    assert type(_MyTRPO.load(tmp_path / "mine.zip")) is _MyTRPO
+    for loader, path in ((_MyNPG, saved_trpo), (NPG, tmp_path / "mine.zip"), (_MyNPG, tmp_path / "mine.zip")):
+        with pytest.raises(ValueError, match=r"model, not an? "):
+            loader.load(path)
+
+
+@pytest.mark.parametrize(("option", "value"), [("target_kl", -1.0), ("cg_max_steps", 0), ("fisher", "exact")])
+def test_options_given_to_load_are_validated_as_the_constructor_validates_them(saved_trpo, option, value):
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        TRPO("MlpPolicy", "CartPole-v1", **{**TINY, option: value})
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        TRPO.load(saved_trpo, **{option: value})
+    assert TRPO.load(saved_trpo, target_kl=0.02).target_kl == 0.02
+
+
+def test_an_sb3_contrib_trpo_file_loads_with_its_policy_a_fresh_critic_optimizer_and_its_trust_region(tmp_path):
+    from sb3_contrib import TRPO as ContribTRPO
+
+    from tests.test_integration import VECTOR, _SpacesEnv
+
+    def env():
+        return DummyVecEnv([lambda: _SpacesEnv(VECTOR, spaces.Box(-1.0, 1.0, (3,), np.float32))])
+
+    theirs = ContribTRPO("MlpPolicy", env(), **TINY).learn(2 * TINY["n_steps"])
+    theirs.save(tmp_path / "contrib.zip")
+    with pytest.warns(UserWarning, match=r"saved by sb3-contrib's TRPO and converted.*target_kl 0\.01 -> 0\.03"):
+        ours = TRPO.load(tmp_path / "contrib.zip", env=env(), device="cpu")
+    for key, value in theirs.policy.state_dict().items():
+        assert torch.equal(value, ours.policy.state_dict()[key]), key
+    observations = np.random.default_rng(0).uniform(-1, 1, (16, 4)).astype(np.float32)
+    assert np.array_equal(
+        ours.predict(observations, deterministic=True)[0], theirs.predict(observations, deterministic=True)[0]
+    )
+    # A fresh optimizer over the critic only; sb3-contrib's averaged KL becomes our summed one over 3 dimensions.
+    assert {id(p) for p in ours.policy.optimizer.param_groups[0]["params"]} == set(map(id, ours.critic_parameters))
+    assert not ours.policy.optimizer.state_dict()["state"]
+    assert (ours.target_kl, ours.cg_damping) == pytest.approx((3 * theirs.target_kl, 3 * theirs.cg_damping))
+    assert ours.num_timesteps == theirs.num_timesteps and ours.max_grad_norm == 0.0
+    ours.learn(TINY["n_steps"], reset_num_timesteps=False)
+    assert ours.num_timesteps == theirs.num_timesteps + TINY["n_steps"] and bool(torch.isfinite(parameters(ours)).all())
+    with pytest.raises(ValueError, match="not saved by sb3-npg"):
+        NPG.load(tmp_path / "contrib.zip")
 
 
 def test_loading_a_file_from_a_newer_format_asks_for_an_upgrade(saved_trpo, tmp_path):

@@ -11,6 +11,7 @@ Where to change what (``docs/design.md`` has the whole map):
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from functools import partial
@@ -56,6 +57,8 @@ from sb3_npg.common.persistence import RecordedFormat
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import (
+    ConfigurationError,
+    check_bool,
     check_choice,
     check_float,
     check_int,
@@ -92,6 +95,18 @@ FAST_SETTINGS: Mapping[str, Any] = MappingProxyType(
 )
 
 
+def _takers(options: list[str]) -> str:
+    """Which algorithms take all of ``options``, for the error of one that does not (``": TRPO accepts it"``)."""
+    takers = sorted(
+        algorithm.__name__
+        for algorithm in NaturalPolicyGradient.__subclasses__()
+        if set(options) <= set(inspect.signature(algorithm.__init__).parameters)
+    )
+    if not takers:
+        return ""
+    return f": {' and '.join(takers)} accept{'s' if len(takers) == 1 else ''} {'it' if len(options) == 1 else 'them'}"
+
+
 class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm):
     """
     The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient step per policy
@@ -107,6 +122,14 @@ class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm)
     }
     policy: ActorCriticPolicy
     rollout_buffer: RolloutBuffer
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Refuse a keyword the class does not take, naming the class (not this shared base) and those that take it."""
+        unknown = sorted(set(kwargs) - set(inspect.signature(cls.__init__).parameters))
+        if unknown:
+            names = ", ".join(map(repr, unknown))
+            raise TypeError(f"{cls.__name__}() got unexpected keyword argument(s) {names}{_takers(unknown)}")
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -214,18 +237,19 @@ class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm)
         check_choice("fisher", self.fisher, FISHER_PRODUCTS)
         check_int("fisher_sub_sampling_factor", self.fisher_sub_sampling_factor, 1)
         check_choice("critic_fit", self.critic_fit, CRITIC_FITS)
-        for name in ("normalize_advantage", "use_sde"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
+        check_bool("normalize_advantage", self.normalize_advantage)
+        check_bool("use_sde", self.use_sde)
         if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
-            raise ValueError(f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}")
+            raise ConfigurationError(
+                f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}"
+            )
 
     def _validate_environment(self) -> None:
         """Checks that need the environment: the action space and the rollout size."""
         check_action_space(type(self).__name__, self.action_space, self.use_sde)
         rollout_size = self.n_steps * self.n_envs
         if self.normalize_advantage and rollout_size < MIN_NORMALIZED_ROLLOUT:
-            raise ValueError(
+            raise ConfigurationError(
                 f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
                 f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
             )
@@ -236,9 +260,10 @@ class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm)
             warn_if_batches_uneven("policy_batch_size", self.policy_batch_size, policy_samples, where)
 
     def _setup_model(self) -> None:
+        self._validate_hyperparameters()  # again: ``load`` sets the saved options and its keyword overrides first
         super()._setup_model()
         if self.fisher == "analytic" and not isinstance(self.policy.action_dist, ANALYTIC_FISHER_DISTRIBUTIONS):
-            raise ValueError(
+            raise ConfigurationError(
                 f"`fisher='analytic'` does not know the Fisher of {type(self.policy.action_dist).__name__}: "
                 "use fisher='autograd'"
             )

@@ -11,7 +11,9 @@ parameters are checked before every rollout; integer observations (images) canno
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,10 +22,12 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 
+from sb3_npg.common.validation import ConfigurationError
+
 #: Action spaces whose distributions have a closed-form KL in Stable-Baselines3.
 SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-#: ``stacklevel`` of the uneven-batches warning: it points at the user's constructor call.
-CONSTRUCTOR_STACK_LEVEL = 4
+#: The package's folder: warnings point at the first caller outside it.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 class NonFiniteParametersError(RuntimeError):
@@ -43,9 +47,24 @@ def check_action_space(algorithm: str, action_space: spaces.Space, use_sde: bool
     """
     if not isinstance(action_space, SUPPORTED_ACTION_SPACES):
         names = ", ".join(space.__name__ for space in SUPPORTED_ACTION_SPACES)
-        raise ValueError(f"{algorithm} does not support the action space {action_space}: supported action spaces are {names}")
+        raise ConfigurationError(
+            f"{algorithm} does not support the action space {action_space}: supported action spaces are {names}"
+        )
     if use_sde and not isinstance(action_space, spaces.Box):
-        raise ValueError(f"`use_sde=True` needs a Box action space (gSDE is Gaussian noise), got {action_space}")
+        raise ConfigurationError(f"`use_sde=True` needs a Box action space (gSDE is Gaussian noise), got {action_space}")
+
+
+def user_stack_level() -> int:
+    """
+    The ``stacklevel`` for ``warnings.warn`` called by this function's caller that points at the first frame outside
+    sb3-npg: the user's line, whichever of our classes and helpers lie between.
+    """
+    frame = inspect.currentframe()
+    frame = frame.f_back if frame is not None else None  # the function that will call warnings.warn: level 1
+    level = 1
+    while frame is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def warn_if_batches_uneven(name: str, size: int, samples: int, what: str) -> None:
@@ -66,7 +85,7 @@ def warn_if_batches_uneven(name: str, size: int, samples: int, what: str) -> Non
         )
     else:
         return
-    warnings.warn(f"`{name}`={size} {message}", UserWarning, stacklevel=CONSTRUCTOR_STACK_LEVEL)
+    warnings.warn(f"`{name}`={size} {message}", UserWarning, stacklevel=user_stack_level())
 
 
 # -------------------------------------------------------------------------------------------- finite environments

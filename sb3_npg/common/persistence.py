@@ -14,8 +14,13 @@ import io
 import json
 import pathlib
 import zipfile
+import inspect
+import warnings
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+from gymnasium import spaces
 
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -38,18 +43,45 @@ REQUIRED_MEMBERS = ("data", "policy.pth")
 #: SB3's ``load`` also tries the path with this suffix.
 MODEL_SUFFIX = ".zip"
 
+#: Where a loaded file comes from.
+SB3_NPG = "sb3-npg"
+SB3_CONTRIB_TRPO = "sb3-contrib TRPO"
+#: Attributes that every file of sb3-contrib's TRPO holds (and files of other algorithms do not, together).
+SB3_CONTRIB_TRPO_ATTRIBUTES = frozenset(
+    {"cg_max_steps", "cg_damping", "line_search_shrinking_factor", "line_search_max_iter", "n_critic_updates"}
+)
+#: The saved optimizer state, which a converted file leaves out; and the flag that asks for that while it loads.
+OPTIMIZER_STATE = "policy.optimizer"
+FRESH_OPTIMIZER = "_load_with_fresh_optimizer"
+
 PathLike = str | pathlib.Path | io.BufferedIOBase
 SelfPersistent = TypeVar("SelfPersistent", bound="RecordedFormat")
 
 
-def format_record(algorithm: str) -> dict[str, Any]:
+#: Letters whose spoken name starts with a vowel sound ("an NPG model", "an RL agent").
+VOWEL_SOUND_LETTERS = frozenset("AEFHILMNORSX")
+
+
+def with_article(name: str) -> str:
+    """``name`` after "a" or "an", as it is read aloud: an acronym by its first letter's name, a word by its vowel."""
+    initial = name[:1]
+    vowel = initial in VOWEL_SOUND_LETTERS if name.isupper() else initial.lower() in "aeiou"
+    return f"{'an' if vowel else 'a'} {name}"
+
+
+def format_record(cls: type) -> dict[str, Any]:
     """
     The record saved with a model.
 
-    :param algorithm: the class name of the saving algorithm
-    :return: a JSON-serializable dict
+    :param cls: the saving algorithm
+    :return: a JSON-serializable dict: the class's name and :func:`lineage`, the file format and package versions
     """
-    return {"algorithm": algorithm, "format_version": FORMAT_VERSION, "package_version": PACKAGE_VERSION}
+    return {
+        "algorithm": cls.__name__,
+        "lineage": lineage(cls),
+        "format_version": FORMAT_VERSION,
+        "package_version": PACKAGE_VERSION,
+    }
 
 
 def _read_bytes(path: PathLike) -> bytes:
@@ -93,28 +125,59 @@ def read_saved_data(path: PathLike) -> dict[str, Any]:
     return data
 
 
-def check_saved_model(path: PathLike, algorithm: str) -> None:
+def lineage(cls: type) -> list[str]:
     """
-    Refuse, with a ``ValueError`` that says what to do, a file that ``<algorithm>.load`` cannot load correctly.
+    The names of ``cls`` and of its bases that are concrete algorithms, nearest first (``MyTRPO``, ``TRPO``): what a
+    file records about the class that saved it, and what decides which classes may load it.
+    """
+    names = []
+    for klass in cls.__mro__:
+        if klass is RecordedFormat:
+            break
+        if not inspect.isabstract(klass):
+            names.append(klass.__name__)
+    return names or [cls.__name__]
+
+
+def is_sb3_contrib_trpo(data: dict[str, Any]) -> bool:
+    """Whether a saved model's data, without our format record, has the attributes of sb3-contrib's TRPO."""
+    return FORMAT_KEY not in data and SB3_CONTRIB_TRPO_ATTRIBUTES <= data.keys()
+
+
+def check_saved_model(path: PathLike, cls: type) -> str:
+    """
+    Refuse, with a ``ValueError`` that says what to do, a file that ``cls.load`` cannot load correctly.
+
+    A file saved by ``cls``, by one of its bases or by one of its subclasses loads; so does one saved by sb3-contrib's
+    TRPO when ``cls`` converts those (:attr:`RecordedFormat.reads_sb3_contrib_trpo`).
 
     :param path: the model's file, as given to ``load``
-    :param algorithm: the class name of the loading algorithm
+    :param cls: the loading algorithm
+    :return: where the file comes from: :data:`SB3_NPG` or :data:`SB3_CONTRIB_TRPO`
     """
-    record = read_saved_data(path).get(FORMAT_KEY)
+    data = read_saved_data(path)
+    if getattr(cls, "reads_sb3_contrib_trpo", False) and is_sb3_contrib_trpo(data):
+        return SB3_CONTRIB_TRPO
+    record = data.get(FORMAT_KEY)
     if not isinstance(record, dict):
         raise ValueError(
             f"{path} was not saved by sb3-npg (it has no {FORMAT_KEY!r} record): load it with the class that saved "
-            "it, for example sb3_contrib.TRPO.load for sb3-contrib's TRPO"
+            "it, for example sb3_contrib.PPO.load for sb3-contrib's PPO"
         )
-    saved_by = record.get("algorithm")
-    if saved_by != algorithm:
-        raise ValueError(f"{path} holds a {saved_by} model, not a {algorithm} one: load it with {saved_by}.load")
+    saved = record.get("lineage") or [record.get("algorithm")]
+    loading = lineage(cls)
+    if saved[0] not in loading and loading[0] not in saved:
+        raise ValueError(
+            f"{path} holds {with_article(str(saved[0]))} model, not {with_article(loading[0])} one: load it with "
+            f"{saved[0]}.load"
+        )
     version = record.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise ValueError(
             f"{path} was saved by sb3-npg {record.get('package_version')} in file format {version}, which this "
             f"sb3-npg {PACKAGE_VERSION} (format {FORMAT_VERSION}) cannot read: upgrade sb3-npg to load it"
         )
+    return SB3_NPG
 
 
 def upgrade_legacy_attributes(attributes: dict[str, Any]) -> None:
@@ -140,6 +203,9 @@ class RecordedFormat(BaseAlgorithm):
     A subclass restores what is not saved (process-local state) in :meth:`_after_load`.
     """
 
+    #: Whether ``load`` converts files saved by sb3-contrib's TRPO (:func:`convert_sb3_contrib_trpo`).
+    reads_sb3_contrib_trpo: ClassVar[bool] = False
+
     def save(self, path: PathLike, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None) -> None:
         """
         Save the model as SB3 does, with a record of the saving algorithm and file format that ``load`` checks.
@@ -148,7 +214,7 @@ class RecordedFormat(BaseAlgorithm):
         :param exclude: names of attributes not to save, in addition to the default ones
         :param include: names of attributes to save even if they would be excluded
         """
-        setattr(self, FORMAT_KEY, format_record(type(self).__name__))
+        setattr(self, FORMAT_KEY, format_record(type(self)))
         super().save(path, exclude=exclude, include=include)
 
     @classmethod
@@ -179,7 +245,9 @@ class RecordedFormat(BaseAlgorithm):
         :param kwargs: attributes to set on the loaded model
         :return: the loaded model
         """
-        check_saved_model(path, cls.__name__)
+        origin = check_saved_model(path, cls)
+        if origin == SB3_CONTRIB_TRPO:
+            kwargs = {**kwargs, FRESH_OPTIMIZER: True}
         model = super().load(
             path,
             env=env,
@@ -190,8 +258,58 @@ class RecordedFormat(BaseAlgorithm):
             **kwargs,
         )
         upgrade_legacy_attributes(model.__dict__)
+        if origin == SB3_CONTRIB_TRPO:
+            convert_sb3_contrib_trpo(model, path)
         model._after_load()
         return model
 
+    def set_parameters(
+        self,
+        load_path_or_dict: str | dict[str, Any],
+        exact_match: bool = True,
+        device: torch.device | str = "auto",
+    ) -> None:
+        """SB3's ``set_parameters``; while a converted file loads, its optimizer state is left out (ours is fresh)."""
+        if self.__dict__.pop(FRESH_OPTIMIZER, False) and isinstance(load_path_or_dict, dict):
+            load_path_or_dict = {name: state for name, state in load_path_or_dict.items() if name != OPTIMIZER_STATE}
+            exact_match = False
+        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
+
     def _after_load(self) -> None:
         """Restore the state that is not saved with the model (nothing by default)."""
+
+
+def kl_components(action_space: spaces.Space) -> int:
+    """
+    How many independent components sb3-contrib averages its KL over: Box dimensions, MultiDiscrete sub-actions,
+    MultiBinary bits (1 for Discrete). Our KL is their sum, so it is this many times sb3-contrib's.
+    """
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return len(action_space.nvec)
+    if isinstance(action_space, spaces.Box | spaces.MultiBinary):
+        return int(np.prod(action_space.shape))
+    return 1
+
+
+def convert_sb3_contrib_trpo(model: BaseAlgorithm, path: PathLike) -> None:
+    """
+    Make a model loaded from an sb3-contrib TRPO file continue as sb3-contrib's would, and say what changed.
+
+    The policy weights are sb3-contrib's. The critic's optimizer starts fresh: sb3-contrib's covers every parameter,
+    ours the critic's only. ``target_kl`` and ``cg_damping`` are multiplied by :func:`kl_components`, which poses
+    the same trust region and the same conjugate-gradient problem with our summed KL. sb3-contrib saves
+    ``max_grad_norm=0``, so the critic stays unclipped, as it was.
+    """
+    scale = kl_components(model.action_space)
+    old_target, old_damping = model.target_kl, model.cg_damping  # type: ignore[attr-defined]
+    new_target, new_damping = scale * old_target, scale * old_damping
+    model.target_kl, model.cg_damping = new_target, new_damping  # type: ignore[attr-defined]
+    warnings.warn(
+        f"{path} was saved by sb3-contrib's TRPO and converted: its policy weights are loaded and the critic's "
+        "optimizer starts fresh (sb3-contrib's covers every parameter, ours the critic's only). sb3-contrib averages "
+        f"the KL over the {scale} action component(s) where we sum it, so target_kl {old_target:g} -> {new_target:g} "
+        f"and cg_damping {old_damping:g} -> {new_damping:g} keep its trust region; max_grad_norm stays as saved "
+        f"({model.max_grad_norm!r}: no clip).",  # type: ignore[attr-defined]
+        UserWarning,
+        stacklevel=3,
+    )

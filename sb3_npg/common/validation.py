@@ -1,10 +1,19 @@
-"""Checks of user-given hyperparameters: each raises a ``ValueError`` naming the option and its allowed range."""
+"""Checks of user-given hyperparameters: each raises a :class:`ConfigurationError` naming the option and its range."""
 
 from __future__ import annotations
 
 import math
 import numbers
 from typing import Any
+
+
+class ConfigurationError(ValueError, AssertionError):
+    """
+    An option (or the environment it meets) that the algorithm cannot run with.
+
+    A ``ValueError`` with a message naming the option, and also an ``AssertionError``: sb3-contrib checks its options
+    with ``assert``, so code written against sb3-contrib that catches ``AssertionError`` keeps working.
+    """
 
 
 def _is_real(value: Any) -> bool:
@@ -20,7 +29,7 @@ def check_int(name: str, value: Any, minimum: int) -> None:
     :param minimum: the smallest allowed value
     """
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+        raise ConfigurationError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
 
 
 def check_optional_int(name: str, value: Any, minimum: int) -> None:
@@ -33,7 +42,7 @@ def check_optional_int(name: str, value: Any, minimum: int) -> None:
     """
     if value is not None:
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"`{name}` must be None or an integer >= {minimum}, got {value!r}")
+            raise ConfigurationError(f"`{name}` must be None or an integer >= {minimum}, got {value!r}")
 
 
 def check_float(
@@ -59,7 +68,7 @@ def check_float(
     below = _is_real(value) and (value <= high if high_inclusive else value < high)
     if not (above and below and math.isfinite(value)):
         interval = f"{'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive and math.isfinite(high) else ')'}"
-        raise ValueError(f"`{name}` must be a finite number in {interval}, got {value!r}")
+        raise ConfigurationError(f"`{name}` must be a finite number in {interval}, got {value!r}")
 
 
 def check_optional_float(name: str, value: Any) -> None:
@@ -70,7 +79,7 @@ def check_optional_float(name: str, value: Any) -> None:
     :param value: the value given
     """
     if value is not None and (not _is_real(value) or math.isnan(value)):
-        raise ValueError(f"`{name}` must be None or a number (<= 0 disables it), got {value!r}")
+        raise ConfigurationError(f"`{name}` must be None or a number (<= 0 disables it), got {value!r}")
 
 
 def check_learning_rate(value: Any) -> None:
@@ -92,4 +101,15 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     :param choices: the allowed values
     """
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        raise ConfigurationError(f"`{name}` must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """
+    Require a bool.
+
+    :param name: the option's name, quoted in the error
+    :param value: the value given
+    """
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"`{name}` must be a bool, got {value!r}")

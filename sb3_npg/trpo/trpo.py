@@ -115,6 +115,7 @@ class TRPO(NaturalPolicyGradient):
     }
     counted_events: ClassVar[tuple[str, ...]] = (*NaturalPolicyGradient.counted_events, LINE_SEARCH_FAILED)
     refused_step_metrics: ClassVar[Mapping[str, float]] = MappingProxyType({"is_line_search_success": 0.0})
+    reads_sb3_contrib_trpo: ClassVar[bool] = True
 
     def __init__(
         self,
