@@ -2,14 +2,20 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
 from sb3_npg import NPG, TRPO
-from sb3_npg.common.natural_step import StepProposal
+from gymnasium import spaces
+
+from sb3_npg.common.batches import normalized_advantages, policy_sample, rollout_tensors, select_rows
+from sb3_npg.common.distributed import Reducer
+from sb3_npg.common.distributions import frozen_distribution, mean_kl
 from sb3_npg.common.natural_gradient import get_flat_params
+from sb3_npg.common.natural_step import StepProposal
 
 TINY = {"n_steps": 256, "batch_size": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
 # Lightly damped, converged CG: the step's KL then follows the quadratic model, target_kl * s^T F s / s^T (F + d I) s.
@@ -29,6 +35,48 @@ def logged(model, key):
     return model.logger.name_to_value[f"train/{key}"]
 
 
+def _flat(tensors):
+    return torch.cat([tensor.reshape(-1) for tensor in tensors]).double()
+
+
+def dense_natural_step(model, fisher_every=1):
+    """
+    NPG's step for the model's rollout, computed without any of the package's solvers: the surrogate's gradient, the
+    KL's dense Hessian (one double backward per parameter) on every ``fisher_every``-th sample, a direct solve.
+    """
+    params = list(model.actor_parameters)
+    normalize = lambda advantages: normalized_advantages(advantages, Reducer())  # noqa: E731
+    discrete = isinstance(model.action_space, spaces.Discrete)
+    shuffle = np.random.get_state()  # the buffer shuffles with numpy's generator: train() will draw the same order
+    sample = policy_sample(rollout_tensors(model.rollout_buffer), 1, discrete_actions=discrete, normalize=normalize)
+    np.random.set_state(shuffle)
+    ratio = torch.exp(model.policy.get_distribution(sample.observations).log_prob(sample.actions) - sample.old_log_prob)
+    gradient = _flat(torch.autograd.grad((sample.advantages * ratio).mean(), params))
+    observations = select_rows(sample.observations, slice(None, None, fisher_every))
+    kl = mean_kl(frozen_distribution(model.policy, observations), model.policy.get_distribution(observations))
+    kl_gradient = torch.cat([grad.reshape(-1) for grad in torch.autograd.grad(kl, params, create_graph=True)])
+    rows = [_flat(torch.autograd.grad(kl_gradient[i], params, retain_graph=True)) for i in range(len(kl_gradient))]
+    damped = torch.stack(rows) + model.cg_damping * torch.eye(len(rows), dtype=torch.float64)
+    direction = torch.linalg.solve(damped, gradient)
+    return (torch.sqrt(2 * model.target_kl / (direction @ damped @ direction)) * direction).float()
+
+
+def taken_step(model):
+    """Train once and return the change of the actor parameters."""
+    start = get_flat_params(model.actor_parameters)
+    model.train()
+    return get_flat_params(model.actor_parameters) - start
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_npg_takes_the_natural_step_that_a_dense_fisher_solve_gives(env_id):
+    """A wrong Fisher (the identity, a stale or rescaled one) gives another direction or length and fails here."""
+    model = filled(NPG, env_id, target_kl=1e-3, cg_max_steps=200, cg_residual_tol=1e-12)
+    expected = dense_natural_step(model)
+    step = taken_step(model)
+    assert float((step - expected).norm() / expected.norm()) < 1e-3
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 @pytest.mark.parametrize("target_kl", [1e-3, 1e-4])
 def test_npg_step_lands_at_target_kl(env_id, target_kl):
@@ -41,21 +89,40 @@ def test_npg_step_lands_at_target_kl(env_id, target_kl):
     assert logged(model, "surrogate_improvement") == pytest.approx(expected, rel=0.25)
 
 
-@pytest.mark.parametrize("policy_batch_size", [64, 100])
-def test_policy_batches_take_one_step_each_from_its_own_base_point(policy_batch_size):
-    model = filled(NPG, target_kl=1e-3, policy_batch_size=policy_batch_size)
-    model.train()
+def _kl_from_behaviour(model, train):
+    """Train ``model`` once with ``train()`` and measure the KL from the policy before it over the whole rollout."""
+    observations = rollout_tensors(model.rollout_buffer).observations
+    behaviour = frozen_distribution(model.policy, observations)
+    train()
+    with torch.no_grad():
+        return float(mean_kl(behaviour, model.policy.get_distribution(observations)))
+
+
+@pytest.mark.parametrize("policy_batch_size", [32, 64])
+def test_trpo_with_policy_batches_stays_within_target_kl_of_the_behaviour_policy(policy_batch_size):
+    model = filled(TRPO, target_kl=0.01, policy_batch_size=policy_batch_size)
+    kl = _kl_from_behaviour(model, model.train)
     assert model._n_updates == math.ceil(TINY["n_steps"] / policy_batch_size)
-    # Each step is measured from the parameters the previous one left, on its own minibatch, and scaled to the
-    # target there (damping 0.1 makes the model conservative on these rank-deficient minibatch Fisher matrices).
-    assert 0.3e-3 < logged(model, "kl_divergence") <= 1.1e-3
+    assert 0.0 < kl <= model.target_kl
+    assert logged(model, "kl_divergence") == pytest.approx(kl, rel=1e-4)  # the log reports the same KL
+    assert logged(model, "surrogate_improvement") > 0.0
+
+
+@pytest.mark.parametrize("policy_batch_size", [64, 100])
+def test_npg_with_policy_batches_logs_its_kl_from_the_behaviour_policy(policy_batch_size):
+    model = filled(NPG, target_kl=1e-3, policy_batch_size=policy_batch_size)
+    kl = _kl_from_behaviour(model, model.train)
+    assert model._n_updates == math.ceil(TINY["n_steps"] / policy_batch_size)
+    # Each step moves target_kl from where it starts, so the KL from the behaviour policy adds up over the batches.
+    assert kl > model.target_kl
+    assert logged(model, "kl_divergence") == pytest.approx(kl, rel=1e-4)
 
 
 def test_sub_sampling_factor_uses_every_nth_sample_for_the_policy_only():
     model = filled(TRPO, sub_sampling_factor=4)
     sizes = []
     natural_step = model._natural_step
-    model._natural_step = lambda batch, stats: (sizes.append(len(batch.advantages)), natural_step(batch, stats))
+    model._natural_step = lambda batch, *rest: (sizes.append(batch.size), natural_step(batch, *rest))[1]
     model.train()
     assert sizes == [TINY["n_steps"] // 4]
 
@@ -71,8 +138,9 @@ class _Proposal1D:
             start=torch.zeros(1),
             full_step=torch.ones(1),
             surrogate_before=0.0,
+            kl_before=0.0,
             expected_improvement=1.0,
-            evaluate=lambda: (sign * self.param.item(), self.param.item() ** 2),
+            measure=lambda: (sign * self.param.item(), self.param.item() ** 2),
         )
 
 
@@ -176,8 +244,8 @@ class _ShiftedObjectiveTRPO(TRPO):
 
     SHIFT = 1000.0
 
-    def policy_objective(self, batch, base):
-        objective = super().policy_objective(batch, base)
+    def policy_objective(self, batch, distribution, behaviour):
+        objective = super().policy_objective(batch, distribution, behaviour)
         self.calls.append("base point" if torch.is_grad_enabled() else "candidate")
         return objective._replace(surrogate=objective.surrogate + self.SHIFT)
 
@@ -196,12 +264,28 @@ def test_an_overridden_objective_is_what_the_base_point_and_every_line_search_ca
 
 def test_an_entropy_bonus_in_the_objective_changes_the_step():
     class EntropyBonusNPG(NPG):
-        def policy_objective(self, batch, base):
-            objective = super().policy_objective(batch, base)
-            return objective._replace(surrogate=objective.surrogate + objective.distribution.entropy().mean())
+        def policy_objective(self, batch, distribution, behaviour):
+            objective = super().policy_objective(batch, distribution, behaviour)
+            return objective._replace(surrogate=objective.surrogate + distribution.entropy().mean())
 
     plain, bonus = filled(NPG), filled(EntropyBonusNPG)
     plain.train()
     bonus.train()
     assert logged(bonus, "policy_grad_norm") != logged(plain, "policy_grad_norm")
     assert not torch.equal(get_flat_params(bonus.actor_parameters), get_flat_params(plain.actor_parameters))
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+@pytest.mark.parametrize("scale", [1e-3, 1e-5])
+def test_the_natural_step_does_not_depend_on_the_reward_scale(algo, scale):
+    """With raw advantages (what scaled rewards give the policy), conjugate gradient stops relative to the gradient."""
+    reference, scaled = filled(algo, normalize_advantage=False), filled(algo, normalize_advantage=False)
+    scaled.rollout_buffer.advantages *= scale
+    start = get_flat_params(reference.actor_parameters)
+    reference.train()
+    scaled.train()
+    assert scaled.skipped_steps == reference.skipped_steps == 0
+    assert logged(scaled, "cg_iterations") > 3 and logged(reference, "cg_iterations") > 3
+    step, scaled_step = get_flat_params(reference.actor_parameters) - start, get_flat_params(scaled.actor_parameters) - start
+    # The same step up to float32 rounding (the iteration counts may differ by one or two near the tolerance).
+    assert float((scaled_step - step).norm() / step.norm()) < 1e-4

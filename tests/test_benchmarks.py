@@ -39,6 +39,9 @@ def test_bench_fisher_contenders_compute_the_same_product():
     products = {name: build(model, observations)(vector) for name, build in bench_fisher.CONTENDERS.items()}
     for name, product in products.items():
         assert torch.allclose(product, products["autograd"], rtol=1e-4, atol=1e-6), name
+    every_fifth = bench_fisher.CONTENDERS["analytic"](model, observations[::5])(vector)
+    sliced = bench_fisher.analytic_sliced(model, model.policy.get_distribution(observations), 5)(vector)
+    assert torch.allclose(sliced, every_fifth, rtol=1e-4, atol=1e-6)
 
 
 def test_bench_learn_table_and_resume(tmp_path, monkeypatch):

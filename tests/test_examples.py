@@ -17,12 +17,17 @@ def _load(name):
     return module
 
 
+#: The quick start's budget here (8 updates of 512 steps) and the return it must reach: an untrained deterministic
+#: policy balances for about 10 steps and a random one for about 22; 8 working updates reach about 300.
+QUICKSTART_STEPS = 4096
+LEARNED_RETURN = 150
+
+
 @pytest.mark.parametrize("algo", ["npg", "trpo"])
-def test_quickstart_saves_loads_and_evaluates(algo, capsys):
-    mean = _load("quickstart").main(["--timesteps", "1024", "--algo", algo])
-    # The loaded model kept its step count, and the evaluation ran 10 full episodes of at least 8 steps each.
-    assert "after 1024 steps" in capsys.readouterr().out
-    assert mean >= 8
+def test_quickstart_learns_saves_loads_and_evaluates(algo, capsys):
+    mean = _load("quickstart").main(["--timesteps", str(QUICKSTART_STEPS), "--algo", algo])
+    assert f"after {QUICKSTART_STEPS} steps" in capsys.readouterr().out  # the loaded model kept its step count
+    assert mean >= LEARNED_RETURN  # the loaded model is the trained one, and training worked
 
 
 def test_continuous_control_writes_tensorboard_logs(tmp_path):

@@ -13,7 +13,7 @@ from stable_baselines3.common.distributions import (
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch.func import functional_call
 
-from sb3_npg.common.natural_step import mean_kl
+from sb3_npg.common.distributions import mean_kl
 from sb3_npg.common.fisher import analytic_fisher_product
 from sb3_npg.common.natural_gradient import (
     conjugate_gradient,
@@ -40,8 +40,24 @@ def test_conjugate_gradient_matches_linear_solve(n):
     result = conjugate_gradient(lambda v: matrix @ v, b, max_steps=4 * n, residual_tol=1e-20)
     assert torch.allclose(result.solution, torch.linalg.solve(matrix, b), rtol=1e-6, atol=1e-8)
     assert result.converged and not result.curvature_failure
-    assert result.residual == pytest.approx(float(torch.sum((b - matrix @ result.solution) ** 2)), abs=1e-12)
+    residual = float(torch.sum((b - matrix @ result.solution) ** 2) / torch.sum(b**2))
+    assert result.residual == pytest.approx(residual, abs=1e-12)
+    solution = result.solution
+    assert result.solution_curvature == pytest.approx(float(solution @ matrix @ solution), rel=1e-9)
     assert 1 <= result.iterations <= 4 * n
+
+
+@pytest.mark.parametrize("scale", [1e-8, 1e-3, 1e6])
+def test_conjugate_gradient_stops_relative_to_the_right_hand_side_so_scale_changes_nothing(scale):
+    """The same iterations and the scaled solution for a scaled ``b``: the solve does not depend on the reward scale."""
+    generator = torch.Generator().manual_seed(0)
+    matrix = _random_spd(30, generator) / 30 + torch.eye(30, dtype=torch.float64)  # well conditioned: converges early
+    b = torch.randn(30, generator=generator, dtype=torch.float64)
+    reference = conjugate_gradient(lambda v: matrix @ v, b, max_steps=30, residual_tol=1e-10)
+    scaled = conjugate_gradient(lambda v: matrix @ v, scale * b, max_steps=30, residual_tol=1e-10)
+    assert 3 <= reference.iterations < 30 and scaled.iterations == reference.iterations
+    assert torch.allclose(scaled.solution, scale * reference.solution, rtol=1e-9, atol=0.0)
+    assert scaled.residual == pytest.approx(reference.residual, rel=1e-6)
 
 
 def test_conjugate_gradient_respects_max_steps_and_consumes_no_random_numbers():

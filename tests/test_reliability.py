@@ -333,6 +333,8 @@ def test_options_given_to_load_are_validated_as_the_constructor_validates_them(s
     with pytest.raises(ValueError, match=f"`{option}`"):
         TRPO.load(saved_trpo, **{option: value})
     assert TRPO.load(saved_trpo, target_kl=0.02).target_kl == 0.02
+    # What the RL Zoo's enjoy does to load without unpickling schedules: a replaced entry is the caller's choice.
+    assert TRPO.load(saved_trpo, custom_objects={"learning_rate": 0.0, "lr_schedule": lambda _: 0.0}).learning_rate == 0.0
 
 
 def test_an_sb3_contrib_trpo_file_loads_with_its_policy_a_fresh_critic_optimizer_and_its_trust_region(tmp_path):

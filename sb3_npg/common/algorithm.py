@@ -2,7 +2,8 @@
 
 Where to change what (``docs/design.md`` has the whole map):
 
-- the objective: ``policy_objective`` (:mod:`sb3_npg.common.natural_step`: the surrogate and the KL, one function);
+- the objective: ``policy_objective`` (:mod:`sb3_npg.common.actor_update`; the surrogate and the KL are one
+  function, :func:`~sb3_npg.common.natural_step.surrogate_and_kl`);
 - the acceptance rule: ``_accept_step`` of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`;
 - the critic fit: :mod:`sb3_npg.common.critic`;
 - what is synchronised across ranks: every call of ``self._reducer`` (:mod:`sb3_npg.common.distributed`);
@@ -19,7 +20,6 @@ from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.logger import configure
@@ -34,12 +34,10 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_npg.common.actor_update import ActorUpdate
 from sb3_npg.common.batches import (
     MIN_NORMALIZED_ROLLOUT,
     Observations,
-    RolloutTensors,
-    normalized_advantages,
-    policy_batches,
     rollout_tensors,
 )
 from sb3_npg.common.checks import (
@@ -52,19 +50,25 @@ from sb3_npg.common.checks import (
 from sb3_npg.common.critic import CRITIC_FITS, CriticFit, make_critic_optimizer
 from sb3_npg.common.distributed import CHECKSUM_INTERVAL, DEFAULT_TIMEOUT_SECONDS, MAIN_RANK, Reducer, init_process_group
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS
-from sb3_npg.common.natural_step import NaturalStepMixin
 from sb3_npg.common.persistence import RecordedFormat
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
 from sb3_npg.common.stats import WeightedMeans
+from sb3_npg.common.persistence import VALIDATION_EXEMPT
 from sb3_npg.common.validation import (
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    OPTIONAL_POSITIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
     ConfigurationError,
+    OptionCheck,
     check_bool,
     check_choice,
-    check_float,
-    check_int,
+    check_integer,
     check_learning_rate,
     check_optional_float,
-    check_optional_int,
+    check_options,
 )
 from sb3_npg.common.vec_normalize_sync import Moments, combine_normalization
 
@@ -107,7 +111,7 @@ def _takers(options: list[str]) -> str:
     return f": {' and '.join(takers)} accept{'s' if len(takers) == 1 else ''} {'it' if len(options) == 1 else 'them'}"
 
 
-class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm):
+class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
     """
     The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient step per policy
     batch, then a critic fit. Subclasses decide only what to do with a proposed step (:meth:`_accept_step`).
@@ -218,31 +222,34 @@ class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm)
 
     # ------------------------------------------------------------------ set-up and validation
 
-    def _validate_hyperparameters(self) -> None:
-        """Raise a ``ValueError`` naming the first option outside its allowed range."""
-        check_learning_rate(self.learning_rate)
-        check_int("n_steps", self.n_steps, 1)
-        check_int("batch_size", self.batch_size, 1)
-        check_float("gamma", self.gamma, 0.0, 1.0)
-        check_float("gae_lambda", self.gae_lambda, 0.0, 1.0)
-        check_int("cg_max_steps", self.cg_max_steps, 1)
-        check_float("cg_damping", self.cg_damping, 0.0)
-        check_float("cg_residual_tol", self.cg_residual_tol, 0.0)
-        check_int("n_critic_updates", self.n_critic_updates, 0)
-        check_float("target_kl", self.target_kl, 0.0, low_inclusive=False)
-        check_int("sub_sampling_factor", self.sub_sampling_factor, 1)
-        check_optional_float("max_grad_norm", self.max_grad_norm)
-        check_optional_int("policy_batch_size", self.policy_batch_size, 1)
-        check_int("stats_window_size", self._stats_window_size, 1)
-        check_choice("fisher", self.fisher, FISHER_PRODUCTS)
-        check_int("fisher_sub_sampling_factor", self.fisher_sub_sampling_factor, 1)
-        check_choice("critic_fit", self.critic_fit, CRITIC_FITS)
-        check_bool("normalize_advantage", self.normalize_advantage)
-        check_bool("use_sde", self.use_sde)
-        if not isinstance(self.sde_sample_freq, int) or isinstance(self.sde_sample_freq, bool):
-            raise ConfigurationError(
-                f"`sde_sample_freq` must be an integer (-1: once per rollout), got {self.sde_sample_freq!r}"
-            )
+    def _option_checks(self) -> dict[str, OptionCheck]:
+        """Each option's check, in the order they run (a subclass adds its own options' checks)."""
+        return {
+            "learning_rate": check_learning_rate,
+            "n_steps": POSITIVE_INT,
+            "batch_size": POSITIVE_INT,
+            "gamma": UNIT_INTERVAL,
+            "gae_lambda": UNIT_INTERVAL,
+            "cg_max_steps": POSITIVE_INT,
+            "cg_damping": NON_NEGATIVE,
+            "cg_residual_tol": NON_NEGATIVE,
+            "n_critic_updates": NON_NEGATIVE_INT,
+            "target_kl": POSITIVE,
+            "sub_sampling_factor": POSITIVE_INT,
+            "max_grad_norm": check_optional_float,
+            "policy_batch_size": OPTIONAL_POSITIVE_INT,
+            "stats_window_size": POSITIVE_INT,
+            "fisher": partial(check_choice, choices=FISHER_PRODUCTS),
+            "fisher_sub_sampling_factor": POSITIVE_INT,
+            "critic_fit": partial(check_choice, choices=CRITIC_FITS),
+            "normalize_advantage": check_bool,
+            "use_sde": check_bool,
+            "sde_sample_freq": check_integer,
+        }
+
+    def _validate_hyperparameters(self, exempt: frozenset[str] = frozenset()) -> None:
+        """Raise a :class:`ConfigurationError` naming the first option outside its allowed range."""
+        check_options(self, self._option_checks(), exempt)
 
     def _validate_environment(self) -> None:
         """Checks that need the environment: the action space and the rollout size."""
@@ -260,7 +267,8 @@ class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm)
             warn_if_batches_uneven("policy_batch_size", self.policy_batch_size, policy_samples, where)
 
     def _setup_model(self) -> None:
-        self._validate_hyperparameters()  # again: ``load`` sets the saved options and its keyword overrides first
+        # Again: ``load`` sets the saved options and its keyword overrides first (not those it was told to replace).
+        self._validate_hyperparameters(frozenset(self.__dict__.pop(VALIDATION_EXEMPT, ())))
         super()._setup_model()
         if self.fisher == "analytic" and not isinstance(self.policy.action_dist, ANALYTIC_FISHER_DISTRIBUTIONS):
             raise ConfigurationError(
@@ -339,21 +347,6 @@ class NaturalPolicyGradient(NaturalStepMixin, RecordedFormat, OnPolicyAlgorithm)
         check_rollout_finite(self.rollout_buffer)
         if self._n_updates % CHECKSUM_INTERVAL == 0:
             self._reducer.check_same(list(self.policy.parameters()), "policy parameters")
-
-    def _update_actor(self, rollout: RolloutTensors) -> WeightedMeans:
-        """One natural step per policy batch: the rollout, sub-sampled, advantages normalized over it."""
-        stats = WeightedMeans()
-        batches = policy_batches(
-            rollout,
-            self.sub_sampling_factor,
-            self.policy_batch_size,
-            discrete_actions=isinstance(self.action_space, spaces.Discrete),
-            normalize=partial(normalized_advantages, reducer=self._reducer) if self.normalize_advantage else None,
-        )
-        for batch in batches:
-            self._natural_step(batch, stats)
-            self._n_updates += 1
-        return stats
 
     def _fit_critic(self, observations: Observations, returns: torch.Tensor) -> WeightedMeans:
         """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""

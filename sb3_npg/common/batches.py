@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -25,19 +25,32 @@ class RolloutTensors(NamedTuple):
     actions: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    old_log_prob: torch.Tensor
 
 
 class PolicyBatch(NamedTuple):
-    """The tensors one natural step needs."""
+    """
+    The tensors the policy's objective needs.
+
+    :param observations: the observations
+    :param actions: the actions taken
+    :param advantages: their advantages
+    :param old_log_prob: their log-probabilities under the behaviour policy, which collected them (the rollout's)
+    """
 
     observations: Observations
     actions: torch.Tensor
     advantages: torch.Tensor
+    old_log_prob: torch.Tensor
 
     @property
     def size(self) -> int:
         """The number of samples."""
         return len(self.advantages)
+
+    def rows(self, index: slice) -> PolicyBatch:
+        """The samples ``index`` of this batch."""
+        return PolicyBatch(select_rows(self.observations, index), *(part[index] for part in self[1:]))
 
 
 def first_tensor(observations: Observations) -> torch.Tensor:
@@ -75,7 +88,8 @@ def rollout_tensors(buffer: RolloutBuffer) -> RolloutTensors:
     :param buffer: the filled rollout buffer
     """
     rollout = next(buffer.get(batch_size=None))
-    return RolloutTensors(float64_to_float32(rollout.observations), rollout.actions, rollout.advantages, rollout.returns)
+    observations = float64_to_float32(rollout.observations)
+    return RolloutTensors(observations, rollout.actions, rollout.advantages, rollout.returns, rollout.old_log_prob)
 
 
 def normalized_advantages(advantages: torch.Tensor, reducer: Reducer) -> torch.Tensor:
@@ -99,33 +113,37 @@ def normalized_advantages(advantages: torch.Tensor, reducer: Reducer) -> torch.T
     return (advantages - mean) / (variance.sqrt() + ADVANTAGE_NORMALIZATION_EPS)
 
 
-def policy_batches(
+def policy_sample(
     rollout: RolloutTensors,
     sub_sampling_factor: int,
-    batch_size: int | None,
     *,
     discrete_actions: bool,
     normalize: Callable[[torch.Tensor], torch.Tensor] | None,
-) -> Iterator[PolicyBatch]:
+) -> PolicyBatch:
     """
-    The policy's share of the rollout: every ``sub_sampling_factor``-th sample, in batches of ``batch_size``.
+    The policy's share of the rollout: every ``sub_sampling_factor``-th sample.
 
     :param rollout: the whole rollout
     :param sub_sampling_factor: keep every n-th sample
-    :param batch_size: the samples of each batch (``None``: one batch of all)
     :param discrete_actions: whether actions are indices of a ``Discrete`` space (made ``long`` and flat)
-    :param normalize: applied to the kept advantages, all together, before batching (``None``: they stay raw)
+    :param normalize: applied to the kept advantages, all together (``None``: they stay raw)
     """
     index = slice(None, None, sub_sampling_factor)
-    observations = select_rows(rollout.observations, index)
     actions = rollout.actions[index]
     if discrete_actions:
         actions = actions.long().flatten()
     advantages = rollout.advantages[index]
     if normalize is not None:
         advantages = normalize(advantages)
-    size = len(advantages)
-    step = batch_size or size
-    for start in range(0, size, step):
-        part = slice(start, start + step)
-        yield PolicyBatch(select_rows(observations, part), actions[part], advantages[part])
+    return PolicyBatch(select_rows(rollout.observations, index), actions, advantages, rollout.old_log_prob[index])
+
+
+def split(sample: PolicyBatch, batch_size: int | None) -> list[PolicyBatch]:
+    """
+    ``sample`` in consecutive batches of ``batch_size`` (the last may be smaller).
+
+    :param sample: the policy's samples (already in the rollout buffer's shuffled order)
+    :param batch_size: the samples of each batch (``None``: one batch of all)
+    """
+    step = batch_size or sample.size
+    return [sample.rows(slice(start, start + step)) for start in range(0, sample.size, step)]

@@ -177,7 +177,9 @@ def check_parameters_finite(policy: torch.nn.Module, algorithm: str) -> None:
     :param policy: the policy
     :param algorithm: the class name, for the message
     """
-    broken = [name for name, param in policy.named_parameters() if not bool(torch.isfinite(param).all())]
+    named = list(policy.named_parameters())
+    finite = torch.stack([torch.isfinite(param).all() for _, param in named]).tolist()  # one read from the device
+    broken = [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
     if broken:
         raise NonFiniteParametersError(
             f"{algorithm}: the policy parameters {', '.join(broken)} hold NaN or inf, so this update is refused. "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
@@ -27,11 +26,9 @@ def _gradients(parameters_or_tensors: ParametersOrTensors) -> list[torch.Tensor]
     return gradients
 
 
-def _global_norm(gradients: list[torch.Tensor]) -> float:
-    """``sqrt(sum_p ||g_p||^2)``: the per-tensor norms in one multi-tensor kernel, then the norm of those (no copy)."""
-    if not gradients:
-        return 0.0
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(gradients, 2.0)), 2.0))
+def _global_norm(gradients: list[torch.Tensor]) -> torch.Tensor:
+    """``sqrt(sum_p ||g_p||^2)`` as a scalar tensor: the per-tensor norms in one multi-tensor kernel, then their norm."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(gradients, 2.0)), 2.0)
 
 
 def grad_norm(parameters_or_tensors: ParametersOrTensors) -> float:
@@ -42,7 +39,25 @@ def grad_norm(parameters_or_tensors: ParametersOrTensors) -> float:
         tensors (measured themselves)
     :return: the norm (``0.0`` when there is no gradient)
     """
-    return _global_norm(_gradients(parameters_or_tensors))
+    gradients = _gradients(parameters_or_tensors)
+    return float(_global_norm(gradients)) if gradients else 0.0
+
+
+def clip_grad_norm_on_device_(parameters_or_tensors: ParametersOrTensors, max_norm: float | None) -> torch.Tensor:
+    """
+    :func:`clip_grad_norm_` without reading the norm back to the host: the decision to clip is taken on the
+    gradients' device, so a GPU step does not wait for it.
+
+    :return: the global norm before clipping, as a scalar tensor (``0`` when there is no gradient)
+    """
+    gradients = _gradients(parameters_or_tensors)
+    if not gradients:
+        return torch.zeros(())
+    total_norm = _global_norm(gradients)
+    if max_norm is not None and max_norm > 0:
+        clip = torch.isfinite(total_norm) & (total_norm > max_norm)
+        torch._foreach_mul_(gradients, torch.where(clip, max_norm / (total_norm + CLIP_EPS), 1.0))
+    return total_norm
 
 
 def clip_grad_norm_(parameters_or_tensors: ParametersOrTensors, max_norm: float | None) -> float:
@@ -58,8 +73,4 @@ def clip_grad_norm_(parameters_or_tensors: ParametersOrTensors, max_norm: float 
     :param max_norm: the cap on the global norm; ``None`` or ``<= 0`` disables clipping
     :return: the global norm before clipping (``0.0`` when there is no gradient)
     """
-    gradients = _gradients(parameters_or_tensors)
-    total_norm = _global_norm(gradients)
-    if max_norm is not None and max_norm > 0 and math.isfinite(total_norm) and total_norm > max_norm:
-        torch._foreach_mul_(gradients, max_norm / (total_norm + CLIP_EPS))
-    return total_norm
+    return float(clip_grad_norm_on_device_(parameters_or_tensors, max_norm))

@@ -16,7 +16,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from torch.nn import functional as F
 
 from sb3_npg.common.batches import Observations, select_rows
-from sb3_npg.common.clip import clip_grad_norm_, grad_norm
+from sb3_npg.common.clip import clip_grad_norm_on_device_, grad_norm
 from sb3_npg.common.distributed import Reducer
 from sb3_npg.common.stats import WeightedMeans
 
@@ -94,7 +94,7 @@ class CriticFit:
         """
         size = len(returns)
         loss_sum = torch.zeros((), device=returns.device)
-        grad_norm_sum = 0.0
+        grad_norm_sum = torch.zeros((), device=returns.device)
         for _ in range(epochs):
             # One permutation per epoch from numpy's generator, which SB3 seeds, as RolloutBuffer.get() does; the data
             # is gathered once in that order, so each minibatch is a contiguous slice (a view, no copy).
@@ -104,11 +104,11 @@ class CriticFit:
                 part = slice(start, start + batch_size)
                 n_part = len(shuffled_returns[part])
                 loss_sum += self.loss_with_gradient(select_rows(shuffled_observations, part), shuffled_returns[part]) * n_part
-                grad_norm_sum += clip_grad_norm_(self.params, max_grad_norm) * n_part
+                grad_norm_sum += clip_grad_norm_on_device_(self.params, max_grad_norm) * n_part
                 self.policy.optimizer.step()
         n_samples = size * epochs
         stats = WeightedMeans()
-        stats.add(n_samples, value_loss=loss_sum.item() / n_samples, value_grad_norm=grad_norm_sum / n_samples)
+        stats.add(n_samples, value_loss=loss_sum / n_samples, value_grad_norm=grad_norm_sum / n_samples)
         return stats
 
     def lbfgs(self, observations: Observations, returns: torch.Tensor, max_iterations: int) -> WeightedMeans:

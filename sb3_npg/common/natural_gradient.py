@@ -6,7 +6,7 @@ Pure PyTorch functions with no Stable-Baselines3 imports, in the order of one na
 1. ``g = flat_grad(surrogate, actor_params)``: the policy gradient, in one ``autograd.grad`` call.
 2. ``F v`` through :func:`fisher_vector_product`: the Hessian of the mean KL at the base point (the Fisher
    matrix) times ``v``, by double backward through a KL gradient built once.
-3. ``s ~= F^-1 g`` by :func:`conjugate_gradient` from a zero start.
+3. ``s ~= F^-1 g`` by :func:`conjugate_gradient` from a zero start, which also gives ``s^T F s``.
 4. ``step = sqrt(2 * target_kl / s^T F s) * s`` by :func:`kl_scaled_step_size`, so that the quadratic model
    of the KL, ``1/2 step^T F step``, equals ``target_kl``.
 """
@@ -111,14 +111,16 @@ class ConjugateGradientResult:
     The outcome of :func:`conjugate_gradient`.
 
     :param solution: the approximate solution ``x`` of ``A x = b``
+    :param solution_curvature: ``x^T A x``, from the solver's own quantities as ``x^T (b - r)`` (no further product)
     :param iterations: how many matrix-vector products were used
-    :param residual: the final squared residual norm ``||b - A x||^2``
-    :param converged: whether the squared residual fell below the tolerance
+    :param residual: the final squared residual norm relative to the right-hand side's, ``||b - A x||^2 / ||b||^2``
+    :param converged: whether that relative squared residual fell to the tolerance
     :param curvature_failure: whether a search direction had non-positive or non-finite curvature
         ``p^T A p`` (``A`` not positive definite there); the iterate before it is returned
     """
 
     solution: torch.Tensor
+    solution_curvature: float
     iterations: int
     residual: float
     converged: bool
@@ -129,21 +131,23 @@ def conjugate_gradient(matvec: MatVec, b: torch.Tensor, max_steps: int, residual
     """
     Solve ``A x = b`` for a symmetric positive-definite ``A`` given only as products ``A v``.
 
-    Deterministic: it starts from ``x = 0`` and consumes no random numbers.
+    Deterministic: it starts from ``x = 0`` and consumes no random numbers. The stopping rule is relative to ``b``,
+    so scaling ``b`` (say, the rewards behind a policy gradient) scales the solution and changes nothing else.
 
     :param matvec: the product ``v -> A v``
     :param b: the right-hand side
     :param max_steps: the most matrix-vector products to use
-    :param residual_tol: stop once the squared residual norm ``||b - A x||^2`` is at or below this
-    :return: the solution with its iteration count, final squared residual and status flags
+    :param residual_tol: stop once ``||b - A x||^2 <= residual_tol * ||b||^2``
+    :return: the solution and its curvature, with the iteration count, final relative residual and status flags
     """
     x = torch.zeros_like(b)
     r = b.clone()
     p = b.clone()
-    r_dot_r = float(torch.dot(r, r))
+    b_dot_b = r_dot_r = float(torch.dot(r, r))
+    threshold = residual_tol * b_dot_b
     iterations = 0
     curvature_failure = False
-    while iterations < max_steps and r_dot_r > residual_tol:
+    while iterations < max_steps and r_dot_r > threshold:
         a_p = matvec(p)
         curvature = float(torch.dot(p, a_p))
         iterations += 1
@@ -158,9 +162,10 @@ def conjugate_gradient(matvec: MatVec, b: torch.Tensor, max_steps: int, residual
         r_dot_r = new_r_dot_r
     return ConjugateGradientResult(
         solution=x,
+        solution_curvature=float(torch.dot(x, b - r)),
         iterations=iterations,
-        residual=r_dot_r,
-        converged=r_dot_r <= residual_tol,
+        residual=r_dot_r / b_dot_b if b_dot_b > 0.0 else 0.0,
+        converged=r_dot_r <= threshold,
         curvature_failure=curvature_failure,
     )
 

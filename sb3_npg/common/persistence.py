@@ -53,6 +53,9 @@ SB3_CONTRIB_TRPO_ATTRIBUTES = frozenset(
 #: The saved optimizer state, which a converted file leaves out; and the flag that asks for that while it loads.
 OPTIMIZER_STATE = "policy.optimizer"
 FRESH_OPTIMIZER = "_load_with_fresh_optimizer"
+#: The options ``load`` was told to replace through ``custom_objects``, which its validation leaves alone (the RL
+#: Zoo's ``enjoy`` replaces the learning rate by 0.0 so that no schedule is unpickled).
+VALIDATION_EXEMPT = "_load_validation_exempt"
 
 PathLike = str | pathlib.Path | io.BufferedIOBase
 SelfPersistent = TypeVar("SelfPersistent", bound="RecordedFormat")
@@ -246,8 +249,9 @@ class RecordedFormat(BaseAlgorithm):
         :return: the loaded model
         """
         origin = check_saved_model(path, cls)
+        kwargs = {**kwargs, VALIDATION_EXEMPT: tuple(set(custom_objects or ()) - set(kwargs))}
         if origin == SB3_CONTRIB_TRPO:
-            kwargs = {**kwargs, FRESH_OPTIMIZER: True}
+            kwargs[FRESH_OPTIMIZER] = True
         model = super().load(
             path,
             env=env,

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
+from functools import partial
 from typing import Any
+
+#: A check of one option: called with the option's name and value, it raises a :class:`ConfigurationError`.
+OptionCheck = Callable[[str, Any], None]
 
 
 class ConfigurationError(ValueError, AssertionError):
@@ -82,14 +87,15 @@ def check_optional_float(name: str, value: Any) -> None:
         raise ConfigurationError(f"`{name}` must be None or a number (<= 0 disables it), got {value!r}")
 
 
-def check_learning_rate(value: Any) -> None:
+def check_learning_rate(name: str, value: Any) -> None:
     """
     Require a positive finite learning rate, or a schedule (a callable of the remaining progress).
 
+    :param name: the option's name, quoted in the error
     :param value: the value given
     """
     if not callable(value):
-        check_float("learning_rate", value, 0.0, low_inclusive=False)
+        check_float(name, value, 0.0, low_inclusive=False)
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -113,3 +119,37 @@ def check_bool(name: str, value: Any) -> None:
     """
     if not isinstance(value, bool):
         raise ConfigurationError(f"`{name}` must be a bool, got {value!r}")
+
+
+def check_integer(name: str, value: Any) -> None:
+    """
+    Require an integer (of any sign).
+
+    :param name: the option's name, quoted in the error
+    :param value: the value given
+    """
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ConfigurationError(f"`{name}` must be an integer, got {value!r}")
+
+
+#: Checks shared by many options.
+POSITIVE_INT: OptionCheck = partial(check_int, minimum=1)
+NON_NEGATIVE_INT: OptionCheck = partial(check_int, minimum=0)
+NON_NEGATIVE: OptionCheck = partial(check_float, low=0.0)
+POSITIVE: OptionCheck = partial(check_float, low=0.0, low_inclusive=False)
+UNIT_INTERVAL: OptionCheck = partial(check_float, low=0.0, high=1.0)
+OPEN_UNIT_INTERVAL: OptionCheck = partial(check_float, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+OPTIONAL_POSITIVE_INT: OptionCheck = partial(check_optional_int, minimum=1)
+
+
+def check_options(owner: object, checks: dict[str, OptionCheck], exempt: frozenset[str] = frozenset()) -> None:
+    """
+    Run ``checks`` on the options of ``owner`` in order; the first one outside its range raises.
+
+    :param owner: the object holding the options as attributes (``_name`` when ``name`` is not one)
+    :param checks: option name -> its check
+    :param exempt: options not to check (replaced on purpose, such as ``load``'s ``custom_objects``)
+    """
+    for name, check in checks.items():
+        if name not in exempt:
+            check(name, getattr(owner, name) if hasattr(owner, name) else getattr(owner, f"_{name}"))

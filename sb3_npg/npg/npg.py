@@ -64,11 +64,14 @@ class NPG(NaturalPolicyGradient):
     :param device: Device (cpu, cuda, ...) on which the code should be run; "auto" uses the GPU if possible
     :param max_grad_norm: The cap on the global L2 norm of the critic's gradient before each optimizer step
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
-    :param cg_residual_tol: Conjugate gradient stops once the squared residual norm ``||g - F s||^2`` is at or
-        below this, >= 0
+    :param cg_residual_tol: Conjugate gradient stops once ``||g - F s||^2 <= cg_residual_tol * ||g||^2``: relative
+        to the gradient, so the solve does not depend on the reward scale, >= 0
     :param policy_batch_size: ``None``: one natural step on the whole rollout (as sb3-contrib). An int: one
-        natural step per shuffled minibatch of that size, each measured from the parameters left by the previous
-        one (its own base point), as in the classic NPG learners
+        natural step per shuffled minibatch of that size, each from the parameters the previous one left, its ratio
+        taken against the behaviour policy (the rollout's log-probabilities). TRPO's line search keeps every accepted
+        step within ``target_kl`` of the behaviour policy over all the update's samples; NPG scales each step to
+        ``target_kl`` from where it starts, so its KL from the behaviour policy grows with the number of batches
+        (``train/kl_divergence`` reports it)
     :param fisher: How Fisher-vector products are computed; both give the same product (the Hessian of the mean
         KL at the base point). ``"analytic"`` (default): the Gauss-Newton product ``J^T M J v`` with the action
         distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
@@ -102,5 +105,5 @@ class NPG(NaturalPolicyGradient):
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
         """Take the full natural step and measure where it landed."""
         proposal.apply(FULL_STEP)
-        surrogate, kl = proposal.evaluate()
+        surrogate, kl = proposal.measure()
         return StepOutcome(fraction=FULL_STEP, surrogate=surrogate, kl=kl)

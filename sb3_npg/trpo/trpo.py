@@ -15,13 +15,11 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from sb3_npg.common.algorithm import NaturalPolicyGradient
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
 from sb3_npg.common.natural_step import NO_STEP, StepOutcome, StepProposal
-from sb3_npg.common.validation import check_float, check_int
+from sb3_npg.common.validation import OPEN_UNIT_INTERVAL, POSITIVE_INT, OptionCheck
 from sb3_npg.trpo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 #: Counted (``train/events/line_search_failed``) when no candidate passes and the old parameters are restored.
 LINE_SEARCH_FAILED = "line_search_failed"
-#: The KL logged for a rejected step: the parameters did not move.
-NO_STEP_KL = 0.0
 
 
 class TRPO(NaturalPolicyGradient):
@@ -79,11 +77,14 @@ class TRPO(NaturalPolicyGradient):
     :param device: Device (cpu, cuda, ...) on which the code should be run; "auto" uses the GPU if possible
     :param max_grad_norm: The cap on the global L2 norm of the critic's gradient before each optimizer step
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
-    :param cg_residual_tol: Conjugate gradient stops once the squared residual norm ``||g - F s||^2`` is at or
-        below this, >= 0
+    :param cg_residual_tol: Conjugate gradient stops once ``||g - F s||^2 <= cg_residual_tol * ||g||^2``: relative
+        to the gradient, so the solve does not depend on the reward scale, >= 0
     :param policy_batch_size: ``None``: one natural step on the whole rollout (as sb3-contrib). An int: one
-        natural step per shuffled minibatch of that size, each measured from the parameters left by the previous
-        one (its own base point), as in the classic NPG learners
+        natural step per shuffled minibatch of that size, each from the parameters the previous one left, its ratio
+        taken against the behaviour policy (the rollout's log-probabilities). TRPO's line search keeps every accepted
+        step within ``target_kl`` of the behaviour policy over all the update's samples; NPG scales each step to
+        ``target_kl`` from where it starts, so its KL from the behaviour policy grows with the number of batches
+        (``train/kl_divergence`` reports it)
     :param fisher: How Fisher-vector products are computed; both give the same product (the Hessian of the mean
         KL at the base point). ``"analytic"`` (default): the Gauss-Newton product ``J^T M J v`` with the action
         distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
@@ -193,17 +194,12 @@ class TRPO(NaturalPolicyGradient):
             _init_setup_model=_init_setup_model,
         )
 
-    def _validate_hyperparameters(self) -> None:
-        super()._validate_hyperparameters()
-        check_float(
-            "line_search_shrinking_factor",
-            self.line_search_shrinking_factor,
-            0.0,
-            1.0,
-            low_inclusive=False,
-            high_inclusive=False,
-        )
-        check_int("line_search_max_iter", self.line_search_max_iter, 1)
+    def _option_checks(self) -> dict[str, OptionCheck]:
+        return {
+            **super()._option_checks(),
+            "line_search_shrinking_factor": OPEN_UNIT_INTERVAL,
+            "line_search_max_iter": POSITIVE_INT,
+        }
 
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
         """
@@ -215,10 +211,10 @@ class TRPO(NaturalPolicyGradient):
         for shrink_count in range(self.line_search_max_iter):
             fraction = self.line_search_shrinking_factor**shrink_count
             proposal.apply(fraction)
-            surrogate, candidate_kl = proposal.evaluate()
+            surrogate, candidate_kl = proposal.measure()
             if candidate_kl <= self.target_kl and surrogate > proposal.surrogate_before:
                 metrics = {"is_line_search_success": 1.0, "line_search_last_kl": candidate_kl}
                 return StepOutcome(fraction, surrogate, candidate_kl, metrics)
         proposal.apply(NO_STEP)
         metrics = {"is_line_search_success": 0.0, "line_search_last_kl": candidate_kl}
-        return StepOutcome(NO_STEP, proposal.surrogate_before, NO_STEP_KL, metrics, events=(LINE_SEARCH_FAILED,))
+        return StepOutcome(NO_STEP, proposal.surrogate_before, proposal.kl_before, metrics, events=(LINE_SEARCH_FAILED,))
