@@ -124,7 +124,7 @@ class _Contender:
         }
 
     def _count_fisher_products(self) -> int:
-        """Run one update and count its Fisher-vector products (CG's, and the one of the step size)."""
+        """Run one update and count its Fisher-vector products (sb3-contrib: CG's and the step size's; ours: CG's)."""
         if isinstance(self.model, sb3_contrib.TRPO):
             calls = []
             product = self.model.hessian_vector_product
@@ -133,7 +133,7 @@ class _Contender:
             del self.model.hessian_vector_product
             return len(calls)  # including the product of CG's random start that sb3-contrib's solver computes
         self.model.train()
-        return int(self.model.logger.name_to_value["train/cg_iterations"]) + 1
+        return int(self.model.logger.name_to_value["train/cg_iterations"])  # CG gives s^T F s: no product after it
 
 
 def _shared_rollouts(config: dict[str, Any], seed: int) -> tuple[OnPolicyAlgorithm, RolloutBuffer, RolloutBuffer]:

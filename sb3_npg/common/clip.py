@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable
 
 import torch
@@ -45,9 +47,11 @@ def grad_norm(parameters_or_tensors: ParametersOrTensors) -> float:
 
 def clip_grad_norm_on_device_(parameters_or_tensors: ParametersOrTensors, max_norm: float | None) -> torch.Tensor:
     """
-    :func:`clip_grad_norm_` without reading the norm back to the host: the decision to clip is taken on the
-    gradients' device, so a GPU step does not wait for it.
+    :func:`clip_grad_norm_`'s rule, decided on the gradients' device: nothing is read back to the host, so a step on
+    an accelerator does not wait for it. On a CPU the plain :func:`clip_grad_norm_` costs less (fewer operations).
 
+    :param parameters_or_tensors: parameters (their ``.grad`` is clipped) or gradient tensors (clipped themselves)
+    :param max_norm: the cap on the global norm; ``None`` or ``<= 0`` disables clipping
     :return: the global norm before clipping, as a scalar tensor (``0`` when there is no gradient)
     """
     gradients = _gradients(parameters_or_tensors)
@@ -73,4 +77,10 @@ def clip_grad_norm_(parameters_or_tensors: ParametersOrTensors, max_norm: float 
     :param max_norm: the cap on the global norm; ``None`` or ``<= 0`` disables clipping
     :return: the global norm before clipping (``0.0`` when there is no gradient)
     """
-    return float(clip_grad_norm_on_device_(parameters_or_tensors, max_norm))
+    gradients = _gradients(parameters_or_tensors)
+    if not gradients:
+        return 0.0
+    total_norm = float(_global_norm(gradients))
+    if max_norm is not None and max_norm > 0 and math.isfinite(total_norm) and total_norm > max_norm:
+        torch._foreach_mul_(gradients, max_norm / (total_norm + CLIP_EPS))
+    return total_norm

@@ -16,7 +16,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from torch.nn import functional as F
 
 from sb3_npg.common.batches import Observations, select_rows
-from sb3_npg.common.clip import clip_grad_norm_on_device_, grad_norm
+from sb3_npg.common.clip import clip_grad_norm_, clip_grad_norm_on_device_, grad_norm
 from sb3_npg.common.distributed import Reducer
 from sb3_npg.common.stats import WeightedMeans
 
@@ -64,6 +64,9 @@ class CriticFit:
 
     def __init__(self, policy: ActorCriticPolicy, params: list[torch.nn.Parameter], reducer: Reducer):
         self.policy, self.params, self.reducer = policy, params, reducer
+        # The same clip either way: decided on an accelerator without waiting for it, on a CPU with fewer operations.
+        on_accelerator = params[0].device.type != "cpu"
+        self._clip = clip_grad_norm_on_device_ if on_accelerator else clip_grad_norm_
 
     def loss_with_gradient(self, observations: Observations, returns: torch.Tensor) -> torch.Tensor:
         """
@@ -94,7 +97,7 @@ class CriticFit:
         """
         size = len(returns)
         loss_sum = torch.zeros((), device=returns.device)
-        grad_norm_sum = torch.zeros((), device=returns.device)
+        grad_norm_sum: float | torch.Tensor = 0.0
         for _ in range(epochs):
             # One permutation per epoch from numpy's generator, which SB3 seeds, as RolloutBuffer.get() does; the data
             # is gathered once in that order, so each minibatch is a contiguous slice (a view, no copy).
@@ -104,7 +107,7 @@ class CriticFit:
                 part = slice(start, start + batch_size)
                 n_part = len(shuffled_returns[part])
                 loss_sum += self.loss_with_gradient(select_rows(shuffled_observations, part), shuffled_returns[part]) * n_part
-                grad_norm_sum += clip_grad_norm_on_device_(self.params, max_grad_norm) * n_part
+                grad_norm_sum += self._clip(self.params, max_grad_norm) * n_part
                 self.policy.optimizer.step()
         n_samples = size * epochs
         stats = WeightedMeans()
