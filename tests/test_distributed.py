@@ -8,10 +8,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 
 from benchmarks.common import free_port
 from sb3_npg import NPG, TRPO
+from sb3_npg.common import ConfigurationError
 from sb3_npg.common.distributed import DistributedError, Reducer
 from sb3_npg.common.vec_normalize_sync import combine_normalization
 
@@ -125,7 +127,13 @@ def _normalization_main(rank, port, samples, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
     dist.init_process_group("gloo")
     reducer = Reducer(enabled=True)
-    wrapper = type("FakeVecNormalize", (), {"obs_rms": RunningMeanStd(shape=(3,)), "ret_rms": RunningMeanStd(shape=())})()
+    statistics = {
+        "obs_rms": RunningMeanStd(shape=(3,)),
+        "ret_rms": RunningMeanStd(shape=()),
+        "norm_obs": True,
+        "norm_reward": True,
+    }
+    wrapper = type("FakeVecNormalize", (), statistics)()
     base = {}
     for round_samples in samples:  # two rounds: the second un-merges the combined first round
         wrapper.obs_rms.update(round_samples[rank])
@@ -255,3 +263,153 @@ def test_rank_0s_checkpoint_resumes_a_distributed_run(tmp_path):
     (first, steps), (second, _) = (torch.load(tmp_path / f"resumed{rank}.pt") for rank in range(WORLD_SIZE))
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))  # the ranks still take the same steps
     assert steps == 64 + 2 * 64
+
+
+# ----------------------------------------------------------------------------------- unequal shares, exactly
+
+
+#: Rank 0 gives the policy all of its 128 samples, rank 1 every second one of its 128: 128 and 64, weighted so.
+UNEQUAL_SHARES = {0: 1, 1: 2}
+UNEQUAL_ROWS = 128
+#: The shuffle each rank's rollout buffer draws before the update (numpy's global generator, seeded per rank).
+SHUFFLE_SEED = {0: 11, 1: 12}
+
+
+def _unequal_settings(sub_sampling_factor, n_steps=UNEQUAL_ROWS, distributed=False):
+    # No critic: the policy step alone is compared (the critic's minibatches would need equal shares).
+    return {**_settings(n_steps, distributed), "n_critic_updates": 0, "sub_sampling_factor": sub_sampling_factor}
+
+
+def _unequal_main(rank, port, batches, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    torch.set_num_threads(1)
+    rows = slice(rank * UNEQUAL_ROWS, (rank + 1) * UNEQUAL_ROWS)
+    results = []
+    for (algo, env_id), batch in zip(CASES, batches, strict=True):
+        model = algo("MlpPolicy", env_id, **_unequal_settings(UNEQUAL_SHARES[rank], distributed=True))
+        np.random.seed(SHUFFLE_SEED[rank])
+        results.append(_train_on(model, batch, rows))
+    if rank == 0:
+        torch.save(results, out)
+    dist.destroy_process_group()
+
+
+def _policy_rows_of_each_rank():
+    """The rows of the 2 * 128 that each rank's update gives the policy: its shuffle, then every n-th sample."""
+    chosen = []
+    for rank, factor in UNEQUAL_SHARES.items():
+        order = np.random.RandomState(SHUFFLE_SEED[rank]).permutation(UNEQUAL_ROWS)
+        chosen.append(rank * UNEQUAL_ROWS + order[::factor])
+    return np.concatenate(chosen)
+
+
+def test_ranks_with_unequal_policy_shares_make_the_update_of_one_process_on_all_their_samples(tmp_path):
+    """128 samples on rank 0 and 64 on rank 1 weigh 2:1; an unweighted mean of the ranks would fail here."""
+    batches = [_fixed_batch(algo, env_id) for algo, env_id in CASES]
+    rows = _policy_rows_of_each_rank()
+    expected = [
+        _train_on(algo("MlpPolicy", env_id, **_unequal_settings(1, n_steps=len(rows))), batch, rows)
+        for (algo, env_id), batch in zip(CASES, batches, strict=True)
+    ]
+    out = tmp_path / "rank0.pt"
+    mp.spawn(_unequal_main, args=(free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
+    for (algo, env_id), got, want in zip(CASES, torch.load(out), expected, strict=True):
+        difference = float((got - want).norm() / want.norm())
+        assert difference < RELATIVE_TOLERANCE, f"{algo.__name__} on {env_id}: relative difference {difference:.2e}"
+
+
+# -------------------------------------------------------------- resume, rejoin, norm_obs=False, early stop
+
+
+def _torchrun_environment(rank, port):
+    """What torchrun puts in each rank's environment (no process group is initialized by the code under test)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+    torch.set_num_threads(1)
+
+
+def _loaded_main(rank, port, checkpoint, out):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    _torchrun_environment(rank, port)
+    results = {}
+    for label, seed in (("saved seed", {}), ("seed 3", {"seed": 3})):
+        # The same environment seed on both ranks, as a resume recipe would give them.
+        env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1, seed=0), norm_obs=False)
+        model = TRPO.load(checkpoint, env=env, device="cpu", **seed)
+        joined = model.reducer.enabled and model.reducer.world_size == WORLD_SIZE
+        model.learn(2 * 64, reset_num_timesteps=False)
+        results[label] = (joined, model.rollout_buffer.observations.copy(), [p.detach() for p in model.policy.parameters()])
+    torch.save(results, f"{out}{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_a_loaded_distributed_model_rejoins_under_torchrun_and_its_ranks_explore_differently(tmp_path):
+    model = TRPO("MlpPolicy", "Pendulum-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, seed=0, device="cpu")
+    model.distributed = True  # as saved by a distributed run's rank 0
+    model.learn(64)
+    model.save(tmp_path / "checkpoint")
+    mp.spawn(_loaded_main, args=(free_port(), tmp_path / "checkpoint.zip", tmp_path / "rank"), nprocs=WORLD_SIZE, join=True)
+    first, second = (torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD_SIZE))
+    for label in first:
+        assert first[label][0] and second[label][0], f"{label}: the ranks did not join the process group"
+        assert not np.array_equal(first[label][1], second[label][1]), f"{label}: both ranks collected the same data"
+        assert all(torch.equal(a, b) for a, b in zip(first[label][2], second[label][2], strict=True))  # one update
+    plain = TRPO.load(tmp_path / "checkpoint", device="cpu")  # outside torchrun: a single-process model
+    assert plain.distributed and not plain.reducer.enabled
+
+
+class _StopAt(BaseCallback):
+    """Stops training (returns False) at a given step: an early stop such as StopTrainingOnRewardThreshold."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def _on_step(self):
+        return self.num_timesteps < self.step
+
+
+EARLY_STOP_TIMEOUT = 20.0
+
+
+def _early_stop_main(rank, port, out):
+    import time
+
+    _torchrun_environment(rank, port)
+    model = NPG("MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, seed=0, device="cpu",
+                distributed=True, distributed_timeout=EARLY_STOP_TIMEOUT)  # fmt: skip
+    start = time.monotonic()
+    model.learn(10 * WORLD_SIZE * 64, callback=_StopAt(WORLD_SIZE * 64 + 10))  # stops during the second rollout
+    torch.save((time.monotonic() - start, model._n_updates), f"{out}{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_an_early_stop_on_rank_0_ends_learn_on_every_rank_together(tmp_path):
+    mp.spawn(_early_stop_main, args=(free_port(), tmp_path / "rank"), nprocs=WORLD_SIZE, join=True)
+    for rank in range(WORLD_SIZE):
+        elapsed, updates = torch.load(tmp_path / f"rank{rank}.pt")
+        assert updates == 1, f"rank {rank} made {updates} updates"
+        assert elapsed < EARLY_STOP_TIMEOUT / 2, f"rank {rank} waited {elapsed:.1f} s"
+
+
+def _unequal_rollouts_main(rank, port, out):
+    _torchrun_environment(rank, port)
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=rank + 1, seed=rank)  # 64 samples per update on rank 0, 128 on rank 1
+    model = NPG("MlpPolicy", env, n_steps=64, policy_kwargs={"net_arch": [8]}, device="cpu", distributed=True)
+    try:
+        model.learn(4 * 64)
+        message = "no error"
+    except ConfigurationError as error:
+        message = f"{model._n_updates} updates: {error}"
+    (out.parent / f"{out.name}{rank}.txt").write_text(message)
+    dist.destroy_process_group()
+
+
+def test_ranks_that_collect_different_amounts_are_refused_before_any_update(tmp_path):
+    mp.spawn(_unequal_rollouts_main, args=(free_port(), tmp_path / "rank"), nprocs=WORLD_SIZE, join=True)
+    for rank in range(WORLD_SIZE):
+        message = (tmp_path / f"rank{rank}.txt").read_text()
+        assert message.startswith("0 updates: ") and "samples per update (n_steps * n_envs) (from 64 to 128" in message

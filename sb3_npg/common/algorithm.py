@@ -22,7 +22,6 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
-from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import (
     ActorCriticCnnPolicy,
@@ -35,6 +34,7 @@ from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_npg.common.actor_update import ActorUpdate
+from sb3_npg.common.data_parallel import DataParallel
 from sb3_npg.common.batches import (
     MIN_NORMALIZED_ROLLOUT,
     Observations,
@@ -48,7 +48,7 @@ from sb3_npg.common.checks import (
     warn_if_batches_uneven,
 )
 from sb3_npg.common.critic import CRITIC_FITS, CriticFit, make_critic_optimizer
-from sb3_npg.common.distributed import CHECKSUM_INTERVAL, DEFAULT_TIMEOUT_SECONDS, MAIN_RANK, Reducer, init_process_group
+from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS, Reducer, init_process_group
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS
 from sb3_npg.common.persistence import RecordedFormat
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
@@ -70,7 +70,7 @@ from sb3_npg.common.validation import (
     check_optional_float,
     check_options,
 )
-from sb3_npg.common.vec_normalize_sync import Moments, combine_normalization
+from sb3_npg.common.vec_normalize_sync import Moments
 
 SelfNaturalPolicyGradient = TypeVar("SelfNaturalPolicyGradient", bound="NaturalPolicyGradient")
 
@@ -111,7 +111,7 @@ def _takers(options: list[str]) -> str:
     return f": {' and '.join(takers)} accept{'s' if len(takers) == 1 else ''} {'it' if len(options) == 1 else 'them'}"
 
 
-class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
+class NaturalPolicyGradient(ActorUpdate, DataParallel, RecordedFormat, OnPolicyAlgorithm):
     """
     The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient step per policy
     batch, then a critic fit. Subclasses decide only what to do with a proposed step (:meth:`_accept_step`).
@@ -172,10 +172,8 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
         _init_setup_model: bool = True,
     ):
         if distributed:
-            init_process_group(distributed_timeout)
+            init_process_group(distributed_timeout)  # here, a process outside torchrun gets an error that says so
         self._reducer = Reducer(distributed)
-        if seed is not None:
-            seed += self._reducer.rank  # each rank explores with its own environments and noise
         super().__init__(
             policy,
             env,
@@ -269,7 +267,9 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
     def _setup_model(self) -> None:
         # Again: ``load`` sets the saved options and its keyword overrides first (not those it was told to replace).
         self._validate_hyperparameters(frozenset(self.__dict__.pop(VALIDATION_EXEMPT, ())))
+        self._join_ranks()
         super()._setup_model()
+        self._seed_this_rank()
         if self.fisher == "analytic" and not isinstance(self.policy.action_dist, ANALYTIC_FISHER_DISTRIBUTIONS):
             raise ConfigurationError(
                 f"`fisher='analytic'` does not know the Fisher of {type(self.policy.action_dist).__name__}: "
@@ -280,7 +280,6 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
         self.policy.optimizer = make_critic_optimizer(
             self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
         )
-        self._reducer.device = self.device
         self._reducer.broadcast_(list(self.policy.parameters()))  # every rank starts from the main rank's weights
 
     @property
@@ -293,12 +292,6 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
     def critic_parameters(self) -> tuple[torch.nn.Parameter, ...]:
         """The value function's own parameters: the critic's optimizer moves them, and nothing else."""
         return tuple(self._critic_params)
-
-    @property
-    def reducer(self) -> Reducer:
-        """Averages every per-sample mean of an update across ``torch.distributed`` ranks (the identity in one
-        process); its ``on_collective`` reports each message."""
-        return self._reducer
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
         """SB3's callbacks, after :class:`~sb3_npg.common.checks.FiniteRolloutCheck`: NaN or inf from the
@@ -314,16 +307,23 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        """
-        SB3's rollout collection, refused up front when the policy's parameters are not finite. With
-        ``distributed=True``, ``num_timesteps`` counts every rank's samples once the rollout is complete (during it,
-        the callbacks see this rank's steps added to the count at its start).
-        """
+        """The rollout collection of SB3 (and of the ranks together), refused when the policy's parameters are not
+        finite."""
         check_parameters_finite(self.policy, type(self).__name__)
-        start = self.num_timesteps
-        complete = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        self.num_timesteps = start + (self.num_timesteps - start) * self._reducer.world_size
-        return complete
+        return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+
+    def _collective_plan(self) -> dict[str, int]:
+        """What decides which collectives an update runs: every rank of a distributed run must have the same."""
+        rollout_size = self.n_steps * self.n_envs
+        policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
+        return {
+            "samples per update (n_steps * n_envs)": rollout_size,
+            "policy batches per update": math.ceil(policy_samples / (self.policy_batch_size or policy_samples)),
+            "batch_size": self.batch_size,
+            "n_critic_updates": self.n_critic_updates,
+            "critic_fit": CRITIC_FITS.index(self.critic_fit),
+            "normalize_advantage": int(self.normalize_advantage),
+        }
 
     # ------------------------------------------------------------------ the update
 
@@ -331,9 +331,7 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
         """One update: check its inputs, share normalization statistics across ranks, a natural step per policy
         batch, the critic fit, one log record."""
         self._check_update_inputs()
-        vec_normalize = self.get_vec_normalize_env()
-        if vec_normalize is not None:
-            self._normalization_base = combine_normalization(self._reducer, vec_normalize, self._normalization_base)
+        self._synchronise_ranks()
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         rollout = rollout_tensors(self.rollout_buffer)
@@ -342,11 +340,9 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
         self._record_logs(policy_stats.means(), critic_stats.means())
 
     def _check_update_inputs(self) -> None:
-        """Finite parameters and rollout; every ``CHECKSUM_INTERVAL`` updates, the same parameters on every rank."""
+        """Refuse to update from non-finite parameters or a rollout holding NaN or inf."""
         check_parameters_finite(self.policy, type(self).__name__)
         check_rollout_finite(self.rollout_buffer)
-        if self._n_updates % CHECKSUM_INTERVAL == 0:
-            self._reducer.check_same(list(self.policy.parameters()), "policy parameters")
 
     def _fit_critic(self, observations: Observations, returns: torch.Tensor) -> WeightedMeans:
         """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""
@@ -374,47 +370,6 @@ class NaturalPolicyGradient(ActorUpdate, RecordedFormat, OnPolicyAlgorithm):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 
     # ------------------------------------------------------------------ learn, save, load
-
-    def learn(
-        self: SelfNaturalPolicyGradient,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str | None = None,
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfNaturalPolicyGradient:
-        """
-        Train for ``total_timesteps`` environment steps (see SB3's ``OnPolicyAlgorithm.learn``).
-
-        :param total_timesteps: the number of environment steps to train for
-        :param callback: callback(s) called at every step with the state of the algorithm
-        :param log_interval: the number of rollouts between two log records
-        :param tb_log_name: the name of the TensorBoard run (default: the algorithm's class name)
-        :param reset_num_timesteps: whether to reset the current timestep count (used in logging)
-        :param progress_bar: display a progress bar using tqdm and rich
-        :return: the trained model
-
-        With ``distributed=True``, ``total_timesteps`` and ``num_timesteps`` count the samples of all ranks (each rank
-        collects its share), and only rank 0 logs and runs the callbacks (evaluation, checkpoints) and the progress bar.
-        """
-        if self._reducer.rank != MAIN_RANK:
-            callback, progress_bar = None, False
-            self.set_logger(configure(None, []))
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name or type(self).__name__,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
-
-    def _after_load(self) -> None:
-        """A model saved by a distributed run loads in a plain process (the reducer is then the identity) and joins
-        the ranks again when loaded under torchrun with a process group initialized."""
-        self._reducer = Reducer(self.distributed)
-        self._reducer.device = self.device
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer", "_normalization_base"]

@@ -16,12 +16,14 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from sb3_npg.common.validation import ConfigurationError
 
 #: How long a collective may wait for the other ranks before the run stops with an error (seconds).
 DEFAULT_TIMEOUT_SECONDS = 600.0
@@ -35,6 +37,11 @@ MAIN_RANK = 0
 
 class DistributedError(RuntimeError):
     """A rank is gone or stalled, or the ranks' parameters differ."""
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process was started by ``torchrun`` (which describes the process group in the environment)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ def init_process_group(timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None
     """
     if dist.is_initialized():
         return
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+    if not launched_by_torchrun():
         raise DistributedError(
             "distributed=True needs a process group: launch with torchrun (which sets RANK and WORLD_SIZE), or call "
             "torch.distributed.init_process_group before building the model"
@@ -139,6 +146,38 @@ class Reducer:
             param.grad = flat[offset : offset + grad.numel()].view_as(grad).clone()
             offset += grad.numel()
         return flat[-1]
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank (``flag`` itself in one process)."""
+        if not self.enabled:
+            return flag
+        agreed = torch.tensor([float(flag)], device=self.device)
+        self._call(dist.all_reduce, agreed, dist.ReduceOp.MIN)
+        return bool(agreed.item())
+
+    def check_agree(self, quantities: Mapping[str, int]) -> None:
+        """
+        Raise a :class:`~sb3_npg.common.validation.ConfigurationError` on every rank when the ranks' ``quantities``
+        differ: they decide which collectives an update runs, and ranks that run different ones pair them wrongly.
+
+        :param quantities: name -> this rank's value
+        """
+        if not self.enabled:
+            return
+        values = torch.tensor([float(value) for value in quantities.values()], dtype=torch.float64, device=self.device)
+        low, high = values.clone(), values.clone()
+        self._call(dist.all_reduce, low, dist.ReduceOp.MIN)
+        self._call(dist.all_reduce, high, dist.ReduceOp.MAX)
+        differing = [
+            f"{name} (from {lowest:g} to {highest:g}; rank {self.rank}: {quantities[name]})"
+            for name, lowest, highest in zip(quantities, low.tolist(), high.tolist(), strict=True)
+            if lowest != highest
+        ]
+        if differing:
+            raise ConfigurationError(
+                f"The ranks of this distributed run differ in {'; '.join(differing)}: every rank must collect the same "
+                "number of samples per update (n_steps * n_envs) and use the same batch and epoch options"
+            )
 
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
         """Overwrite ``tensors`` in place with the main rank's values."""

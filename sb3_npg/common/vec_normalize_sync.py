@@ -48,18 +48,22 @@ class Moments:
 
 def running_statistics(vec_normalize: Any) -> dict[str, Any]:
     """
-    The ``RunningMeanStd`` objects of a ``VecNormalize``, by name (one per key of a Dict observation).
+    The ``RunningMeanStd`` objects a ``VecNormalize`` uses, by name (one per key of a Dict observation).
 
     :param vec_normalize: the wrapper
-    :return: ``obs`` (or ``obs/<key>``) and ``ret``
+    :return: ``obs`` (or ``obs/<key>``) when it normalizes observations, ``ret`` when it normalizes rewards
     """
-    observations = vec_normalize.obs_rms
-    named = (
-        {f"obs/{key}": value for key, value in observations.items()}
-        if isinstance(observations, dict)
-        else {"obs": observations}
-    )
-    return {**named, "ret": vec_normalize.ret_rms}
+    named: dict[str, Any] = {}
+    if vec_normalize.norm_obs:
+        observations = vec_normalize.obs_rms
+        named = (
+            {f"obs/{key}": value for key, value in observations.items()}
+            if isinstance(observations, dict)
+            else {"obs": observations}
+        )
+    if vec_normalize.norm_reward:
+        named["ret"] = vec_normalize.ret_rms
+    return named
 
 
 def _summed_over_ranks(reducer: Reducer, added: Moments) -> Moments:
