@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow lint format type bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
+.PHONY: demo test test-slow test-sb3-contrib lint format type bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,19 @@ test: $(VENV)/.installed-test
 
 test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m slow $(PYTEST_ARGS)
+
+# sb3-contrib's own tests that use TRPO, with sb3_contrib.TRPO replaced by ours (the drop-in promise). The tests come
+# from sb3-contrib's source distribution on PyPI, downloaded once into .cache/.
+SB3_CONTRIB_VERSION ?= 2.9.2
+SB3_CONTRIB_SRC := .cache/sb3_contrib-$(SB3_CONTRIB_VERSION)
+$(SB3_CONTRIB_SRC)/tests: | $(BIN)/python
+	mkdir -p .cache
+	$(BIN)/python -m pip download --no-deps --no-binary :all: "sb3-contrib==$(SB3_CONTRIB_VERSION)" -d .cache
+	tar -xzf .cache/sb3_contrib-$(SB3_CONTRIB_VERSION).tar.gz -C .cache
+
+test-sb3-contrib: $(VENV)/.installed-test $(SB3_CONTRIB_SRC)/tests
+	PYTHONPATH=. $(BIN)/python -m pytest -p tests.external.sb3_contrib_plugin -c /dev/null --rootdir $(SB3_CONTRIB_SRC) \
+		-n $(TEST_WORKERS) -k "trpo or TRPO" $(SB3_CONTRIB_SRC)/tests $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
@@ -71,4 +84,4 @@ bench-zoo: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.zoo_verify --workers 2 --out benchmarks/results/zoo_verify.jsonl
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .cache
