@@ -1,5 +1,6 @@
 """Every algorithm with every supported action space, observation type and SB3 feature, on tiny budgets."""
 
+import copy
 import inspect
 import math
 
@@ -166,6 +167,17 @@ def test_save_load_round_trip_keeps_predictions_parameters_and_critic_optimizer(
     assert (loaded.policy_batch_size, loaded.max_grad_norm, loaded.target_kl) == (32, 0.3, 0.01)
     assert [p.shape for p in loaded.actor_parameters] == [p.shape for p in model.actor_parameters]
     loaded.learn(TINY["n_steps"], reset_num_timesteps=False)
+
+
+def test_a_model_deep_copies_before_and_after_training(algo):
+    model = algo("MlpPolicy", "CartPole-v1", **TINY)
+    observations = np.zeros((4, 4), np.float32)
+    for _ in range(2):
+        copied = copy.deepcopy(model)
+        assert np.array_equal(
+            copied.predict(observations, deterministic=True)[0], model.predict(observations, deterministic=True)[0]
+        )
+        model.learn(TINY["n_steps"])
 
 
 def test_set_parameters_copies_one_model_into_another(algo):

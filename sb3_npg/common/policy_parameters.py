@@ -51,6 +51,8 @@ def split_actor_critic_parameters(
             value = policy.predict_values(observation).sum()
             actor_ids = {id(param) for param in actor}
             critic = [param for param in _connected(value, params) if id(param) not in actor_ids]
+        with torch.no_grad():  # the policy keeps its last distribution: leave one without a graph (copyable)
+            policy.get_distribution(observation)
     finally:
         policy.set_training_mode(was_training)
     if not actor:
