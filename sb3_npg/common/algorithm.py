@@ -35,6 +35,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_npg.common.actor_update import ActorUpdate
 from sb3_npg.common.data_parallel import DataParallel
+from sb3_npg.common.rollouts import ROLLOUT_COLLECTIONS, FastRollouts
 from sb3_npg.common.batches import (
     MIN_NORMALIZED_ROLLOUT,
     Observations,
@@ -111,7 +112,7 @@ def _takers(options: list[str]) -> str:
     return f": {' and '.join(takers)} accept{'s' if len(takers) == 1 else ''} {'it' if len(options) == 1 else 'them'}"
 
 
-class NaturalPolicyGradient(ActorUpdate, DataParallel, RecordedFormat, OnPolicyAlgorithm):
+class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFormat, OnPolicyAlgorithm):
     """
     The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient step per policy
     batch, then a critic fit. Subclasses decide only what to do with a proposed step (:meth:`_accept_step`).
@@ -169,6 +170,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, RecordedFormat, OnPolicyA
         critic_fit: str = "minibatch",
         distributed: bool = False,
         distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        rollout_collection: str = "fast",
         _init_setup_model: bool = True,
     ):
         if distributed:
@@ -206,8 +208,9 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, RecordedFormat, OnPolicyA
         # The critic's fit.
         self.critic_fit, self.n_critic_updates, self.batch_size = critic_fit, n_critic_updates, batch_size
         self.max_grad_norm = max_grad_norm  # type: ignore[assignment]
-        # Data-parallel training.
+        # Data-parallel training, and how rollouts are collected.
         self.distributed, self.distributed_timeout = distributed, distributed_timeout
+        self.rollout_collection = rollout_collection
         self._normalization_base: dict[str, Moments] = {}
         #: How often each of :attr:`counted_events` happened since the start of training (saved with the model).
         self.event_counts: dict[str, int] = dict.fromkeys(self.counted_events, 0)
@@ -243,6 +246,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, RecordedFormat, OnPolicyA
             "normalize_advantage": check_bool,
             "use_sde": check_bool,
             "sde_sample_freq": check_integer,
+            "rollout_collection": partial(check_choice, choices=ROLLOUT_COLLECTIONS),
         }
 
     def _validate_hyperparameters(self, exempt: frozenset[str] = frozenset()) -> None:
@@ -372,4 +376,11 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, RecordedFormat, OnPolicyA
     # ------------------------------------------------------------------ learn, save, load
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_actor_params", "_critic_params", "_reducer", "_normalization_base"]
+        return [
+            *super()._excluded_save_params(),
+            "_actor_params",
+            "_critic_params",
+            "_reducer",
+            "_normalization_base",
+            "_warned_sb3_loop",
+        ]

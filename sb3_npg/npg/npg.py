@@ -93,6 +93,11 @@ class NPG(NaturalPolicyGradient):
         ``torchrun`` environment variables unless one is initialized (NCCL with CUDA, else gloo)
     :param distributed_timeout: Seconds a collective waits for the other ranks before the run stops with
         ``sb3_npg.common.distributed.DistributedError`` (a rank died or stalled)
+    :param rollout_collection: ``"fast"`` (default): SB3's rollout loop with per-step work cut to acting; values and
+        log-probabilities are computed for the whole rollout after it, so callbacks do not see ``values`` and
+        ``log_probs`` among their step locals (the same rollout otherwise; a policy that overrides ``forward``,
+        ``get_distribution``, ``evaluate_actions``, ``predict_values`` or ``extract_features``, or a custom rollout
+        buffer class, gets SB3's loop with a warning). ``"sb3"``: SB3's own loop
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

@@ -106,6 +106,11 @@ class TRPO(NaturalPolicyGradient):
         ``torchrun`` environment variables unless one is initialized (NCCL with CUDA, else gloo)
     :param distributed_timeout: Seconds a collective waits for the other ranks before the run stops with
         ``sb3_npg.common.distributed.DistributedError`` (a rank died or stalled)
+    :param rollout_collection: ``"fast"`` (default): SB3's rollout loop with per-step work cut to acting; values and
+        log-probabilities are computed for the whole rollout after it, so callbacks do not see ``values`` and
+        ``log_probs`` among their step locals (the same rollout otherwise; a policy that overrides ``forward``,
+        ``get_distribution``, ``evaluate_actions``, ``predict_values`` or ``extract_features``, or a custom rollout
+        buffer class, gets SB3's loop with a warning). ``"sb3"``: SB3's own loop
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -154,6 +159,7 @@ class TRPO(NaturalPolicyGradient):
         critic_fit: str = "minibatch",
         distributed: bool = False,
         distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        rollout_collection: str = "fast",
         _init_setup_model: bool = True,
     ):
         # Set before the shared constructor, which validates every option and builds the model.
@@ -191,6 +197,7 @@ class TRPO(NaturalPolicyGradient):
             critic_fit=critic_fit,
             distributed=distributed,
             distributed_timeout=distributed_timeout,
+            rollout_collection=rollout_collection,
             _init_setup_model=_init_setup_model,
         )
 

@@ -1,0 +1,149 @@
+"""Rollout collection per sample: our loop against SB3's ``collect_rollouts``, next to the environment's own cost.
+
+    .venv/bin/python -m benchmarks.bench_collect [--reps 7] [--configs CartPole-v1,HalfCheetah-v5] [--out FILE]
+
+For each configuration one TRPO model (default MLP policy) collects ``n_steps`` steps per rollout with its fast loop
+(``rollout_collection="fast"``) and with SB3's ``OnPolicyAlgorithm.collect_rollouts``, alternated (A B A B) over
+``--reps`` repetitions after a warm-up, one torch thread, with the callbacks ``learn()`` installs. Two floors are
+timed in the same alternation: the bare environment stepping with random actions (one ``gymnasium`` env, no
+wrappers), and the same vectorized environment as the model's (``Monitor``, ``VecNormalize`` where the
+configuration has it) stepping with random actions. The table reports the median microseconds per sample and the
+ratios ours / SB3's and ours / the vectorized floor.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.vec_env import VecNormalize
+
+from benchmarks.common import TIMING_WARMUP_ROUNDS, configs_parser, write_results
+from sb3_npg import TRPO
+
+#: name -> environment, number of envs, VecNormalize, steps per environment per rollout.
+COLLECT_CONFIGS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {"env_id": "CartPole-v1", "n_envs": 1, "normalize": False, "n_steps": 1024},
+    "Pendulum-v1": {"env_id": "Pendulum-v1", "n_envs": 1, "normalize": False, "n_steps": 1024},
+    "HalfCheetah-v5": {"env_id": "HalfCheetah-v5", "n_envs": 2, "normalize": True, "n_steps": 1024},
+    "Humanoid-v5": {"env_id": "Humanoid-v5", "n_envs": 1, "normalize": True, "n_steps": 1024},
+}
+CONTENDERS = ("bare env", "VecEnv, random actions", "SB3 collect_rollouts", "ours")
+
+
+def _vec_env(config: dict[str, Any], seed: int) -> Any:
+    env = make_vec_env(config["env_id"], n_envs=config["n_envs"], seed=seed)
+    return VecNormalize(env) if config["normalize"] else env
+
+
+def _bare(config: dict[str, Any], seed: int) -> Any:
+    """Seconds per sample of the bare environment stepping with random actions."""
+    env = gym.make(config["env_id"])
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    steps = config["n_steps"] * config["n_envs"]
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        return (time.perf_counter() - start) / steps
+
+    return run
+
+
+def _random_actions(config: dict[str, Any], seed: int) -> Any:
+    """Seconds per sample of the model's kind of vectorized environment stepping with random actions."""
+    env = _vec_env(config, seed)
+    env.reset()
+    env.action_space.seed(seed)
+    actions = np.stack([env.action_space.sample() for _ in range(config["n_envs"])])
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(config["n_steps"]):
+            env.step(actions)
+        return (time.perf_counter() - start) / (config["n_steps"] * config["n_envs"])
+
+    return run
+
+
+def _collect(model: TRPO, loop: Any) -> Any:
+    """Seconds per sample of one rollout collected by ``loop`` (ours or SB3's) with ``learn()``'s callbacks."""
+    _, callback = model._setup_learn(10**9)
+
+    def run() -> float:
+        start = time.perf_counter()
+        loop(model.env, callback, model.rollout_buffer, model.n_steps)
+        return (time.perf_counter() - start) / (model.n_steps * model.n_envs)
+
+    return run
+
+
+def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) -> dict[str, Any]:
+    """Median seconds per sample of every contender, alternated."""
+    model = TRPO("MlpPolicy", _vec_env(config, seed), n_steps=config["n_steps"], seed=seed, device="cpu")
+    model.set_logger(configure(None, []))
+    runs = {
+        "bare env": _bare(config, seed),
+        "VecEnv, random actions": _random_actions(config, seed),
+        "SB3 collect_rollouts": _collect(model, lambda *args: OnPolicyAlgorithm.collect_rollouts(model, *args)),
+        "ours": _collect(model, model.collect_rollouts),
+    }
+    times: dict[str, list[float]] = {contender: [] for contender in CONTENDERS}
+    for rep in range(TIMING_WARMUP_ROUNDS + reps):
+        for contender in CONTENDERS:
+            elapsed = runs[contender]()
+            if rep >= TIMING_WARMUP_ROUNDS:
+                times[contender].append(elapsed)
+    medians = {contender: statistics.median(measured) for contender, measured in times.items()}
+    ratios = [ours / sb3 for ours, sb3 in zip(times["ours"], times["SB3 collect_rollouts"], strict=True)]
+    return {
+        "config": name,
+        "n_envs": config["n_envs"],
+        "us_per_sample": {contender: 1e6 * median for contender, median in medians.items()},
+        "ours_over_sb3": statistics.median(ratios),
+        "ours_over_vec_env_floor": medians["ours"] / medians["VecEnv, random actions"],
+    }
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """One row per configuration."""
+    lines = [
+        "| configuration | envs | "
+        + " | ".join(f"{contender} (us / sample)" for contender in CONTENDERS)
+        + " | ours / SB3's (median) | ours / VecEnv floor |",
+        "|---|---|" + "---|" * (len(CONTENDERS) + 2),
+    ]
+    for row in results:
+        cells = " | ".join(f"{row['us_per_sample'][contender]:.0f}" for contender in CONTENDERS)
+        ratios = f"{row['ours_over_sb3']:.2f} | {row['ours_over_vec_env_floor']:.2f}"
+        lines.append(f"| {row['config']} | {row['n_envs']} | {cells} | {ratios} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = configs_parser(__doc__, COLLECT_CONFIGS)
+    parser.set_defaults(reps=7)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results = []
+    for name in args.configs.split(","):
+        results.append(bench_config(name, COLLECT_CONFIGS[name], args.reps))
+        print(markdown_table(results[-1:]), flush=True)
+    print(f"\n{markdown_table(results)}")
+    if args.out is not None:
+        write_results(args.out, results)
+
+
+if __name__ == "__main__":
+    main()

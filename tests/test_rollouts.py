@@ -1,0 +1,165 @@
+"""Our rollout loop fills the buffer as SB3's ``OnPolicyAlgorithm.collect_rollouts`` does, for every space and feature."""
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from torch import nn
+
+from sb3_npg import NPG, TRPO
+from tests.test_integration import ACTION_SPACES, IMAGE, OBSERVATION_SPACES, _SpacesEnv
+
+#: Filled by the environment and the sampled actions: equal to the bit.
+EXACT_FIELDS = ("observations", "actions", "episode_starts")
+#: Computed by the policy: batched after the rollout here, per step in SB3's loop, so equal up to float rounding.
+ROUNDED_FIELDS = ("rewards", "values", "log_probs", "returns", "advantages")
+ROLLOUTS = 3
+N_STEPS = 96
+GENERATOR_SEED = 123
+
+
+def _collected(model, collect):
+    """Three consecutive rollouts of ``model`` by ``collect``, from reset generators, as copies of the buffer."""
+    torch.manual_seed(GENERATOR_SEED)
+    np.random.seed(GENERATOR_SEED)
+    _, callback = model._setup_learn(10 * ROLLOUTS * model.n_steps * model.n_envs)
+    rollouts = []
+    for _ in range(ROLLOUTS):
+        assert collect(model.env, callback, model.rollout_buffer, model.n_steps)
+        buffer = model.rollout_buffer
+        fields = EXACT_FIELDS + ROUNDED_FIELDS
+        if isinstance(buffer.observations, dict):
+            rollouts.append({**{key: value.copy() for key, value in buffer.observations.items()},
+                             **{field: getattr(buffer, field).copy() for field in fields[1:]}})  # fmt: skip
+        else:
+            rollouts.append({field: getattr(buffer, field).copy() for field in fields})
+    return rollouts
+
+
+def assert_same_rollouts(make_model):
+    """Twin models from the same seed: ours collects with its loop, the other with SB3's; the buffers must agree."""
+    ours, theirs = make_model(), make_model()
+    assert ours.sb3_loop_reason() is None, "the fast loop must be the one tested"
+    mine = _collected(ours, ours.collect_rollouts)
+    reference = _collected(theirs, lambda *args: OnPolicyAlgorithm.collect_rollouts(theirs, *args))
+    for number, (got, want) in enumerate(zip(mine, reference, strict=True)):
+        for field, expected in want.items():
+            if field in ROUNDED_FIELDS:
+                assert np.allclose(got[field], expected, rtol=1e-5, atol=1e-5), f"rollout {number}: {field}"
+            else:
+                assert np.array_equal(got[field], expected), f"rollout {number}: {field}"
+    return mine
+
+
+TINY = {"n_steps": N_STEPS, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "options"),
+    [
+        ("CartPole-v1", {}),
+        ("Pendulum-v1", {}),
+        ("Pendulum-v1", {"use_sde": True, "sde_sample_freq": 4}),
+        ("Pendulum-v1", {"use_sde": True, "policy_kwargs": {"net_arch": [16], "squash_output": True}}),
+        ("MountainCarContinuous-v0", {}),
+    ],
+    ids=["discrete", "box", "gsde", "gsde-squashed", "box-clipped"],
+)
+def test_the_same_rollouts_as_sb3s_loop_on_classic_control(algo, env_id, options):
+    rollouts = assert_same_rollouts(lambda: algo("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=0), **{**TINY, **options}))
+    if env_id == "Pendulum-v1":  # 200-step episodes: the third rollout holds truncations, bootstrapped by the value
+        assert any(rollout["episode_starts"][1:].any() for rollout in rollouts)
+
+
+@pytest.mark.parametrize("observation", OBSERVATION_SPACES)
+@pytest.mark.parametrize("action", ACTION_SPACES)
+def test_the_same_rollouts_as_sb3s_loop_for_every_action_and_observation_space(action, observation):
+    policy, observation_space = OBSERVATION_SPACES[observation]
+    kwargs = {**TINY, "policy_kwargs": {"net_arch": [16], "normalize_images": True}}
+    if observation == "image":
+        kwargs["policy_kwargs"]["features_extractor_kwargs"] = {"features_dim": 16}
+
+    def model():
+        env = DummyVecEnv([lambda: _SpacesEnv(observation_space, ACTION_SPACES[action])] * 2)
+        return NPG(policy, env, **kwargs)
+
+    assert_same_rollouts(model)
+
+
+def test_the_same_rollouts_as_sb3s_loop_with_vec_normalize():
+    def model():
+        return TRPO("MlpPolicy", VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0)), **TINY)
+
+    assert_same_rollouts(model)
+
+
+class _TinyExtractor(BaseFeaturesExtractor):
+    """A user's features extractor: reached the same way by both loops."""
+
+    def __init__(self, observation_space: spaces.Box):
+        super().__init__(observation_space, features_dim=8)
+        self.net = nn.Sequential(nn.Linear(int(np.prod(observation_space.shape)), 8), nn.Tanh())
+
+    def forward(self, observations):
+        return self.net(observations)
+
+
+def test_a_custom_features_extractor_takes_the_fast_loop_and_gives_sb3s_rollouts():
+    kwargs = {**TINY, "policy_kwargs": {"net_arch": [16], "features_extractor_class": _TinyExtractor}}
+    assert_same_rollouts(lambda: NPG("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2, seed=0), **kwargs))
+
+
+class _NoisyForwardPolicy(ActorCriticPolicy):
+    """A user's policy whose ``forward`` does what ``get_distribution`` does not: it adds to the values."""
+
+    def forward(self, obs, deterministic=False):
+        actions, values, log_prob = super().forward(obs, deterministic)
+        return actions, values + 1.0, log_prob
+
+
+def test_a_policy_that_overrides_a_loop_method_gets_sb3s_loop_and_says_so():
+    model = NPG(_NoisyForwardPolicy, make_vec_env("Pendulum-v1", n_envs=1, seed=0), **TINY)
+    assert model.sb3_loop_reason() == "the policy overrides forward"
+    _, callback = model._setup_learn(N_STEPS)
+    with pytest.warns(UserWarning, match="collects rollouts with SB3's loop: the policy overrides forward"):
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, N_STEPS)
+    # SB3's loop ran: the values are those of the overridden forward (ours would have lacked the +1).
+    with torch.no_grad():
+        observations = torch.as_tensor(model.rollout_buffer.observations.reshape(N_STEPS, -1))
+        plain = model.policy.predict_values(observations).flatten().numpy()
+    assert np.allclose(model.rollout_buffer.values.flatten(), plain + 1.0, atol=1e-5)
+
+
+def test_rollout_collection_sb3_asks_for_sb3s_loop_without_a_warning(recwarn):
+    model = TRPO("MlpPolicy", "CartPole-v1", rollout_collection="sb3", **TINY)
+    assert model.sb3_loop_reason() == "rollout_collection='sb3'"
+    model.learn(N_STEPS)
+    assert not [warning for warning in recwarn if "SB3's loop" in str(warning.message)]
+
+
+def test_callbacks_see_sb3s_step_locals_but_values_and_log_probs(algo):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    seen = []
+
+    class Record(BaseCallback):
+        def _on_step(self):
+            seen.append(set(self.locals))
+            return True
+
+    algo("MlpPolicy", "CartPole-v1", **TINY).learn(N_STEPS, callback=Record())
+    expected = {"new_obs", "rewards", "dones", "infos", "actions", "clipped_actions", "n_steps", "env", "callback"}
+    assert seen and expected <= seen[0] and not {"values", "log_probs"} & seen[0]
+
+
+def test_image_observations_use_the_fast_loop_with_a_cnn():
+    env = DummyVecEnv([lambda: _SpacesEnv(IMAGE, spaces.Discrete(3))])
+    model = NPG(
+        "CnnPolicy", env, **{**TINY, "policy_kwargs": {"net_arch": [16], "features_extractor_kwargs": {"features_dim": 16}}}
+    )
+    assert model.sb3_loop_reason() is None
