@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow test-sb3-contrib lint format type bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
+.PHONY: demo test test-slow test-sb3 test-sb3-contrib lint format type bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,19 @@ $(SB3_CONTRIB_SRC)/tests: | $(BIN)/python
 test-sb3-contrib: $(VENV)/.installed-test $(SB3_CONTRIB_SRC)/tests
 	PYTHONPATH=. $(BIN)/python -m pytest -p tests.external.sb3_contrib_plugin -c /dev/null --rootdir $(SB3_CONTRIB_SRC) \
 		-n $(TEST_WORKERS) -k "trpo or TRPO" $(SB3_CONTRIB_SRC)/tests $(PYTEST_ARGS)
+
+# Stable-Baselines3's own tests with NPG and TRPO added wherever they parametrize over PPO or A2C (with A2C's settings),
+# from SB3's source distribution on PyPI, downloaded once into .cache/. Only the added cases run.
+SB3_VERSION ?= 2.9.2
+SB3_SRC := .cache/stable_baselines3-$(SB3_VERSION)
+$(SB3_SRC)/tests: | $(BIN)/python
+	mkdir -p .cache
+	$(BIN)/python -m pip download --no-deps --no-binary :all: "stable-baselines3==$(SB3_VERSION)" -d .cache
+	tar -xzf .cache/stable_baselines3-$(SB3_VERSION).tar.gz -C .cache
+
+test-sb3: $(VENV)/.installed-test $(SB3_SRC)/tests
+	PYTHONPATH=. $(BIN)/python -m pytest -p tests.external.sb3_plugin -c /dev/null --rootdir $(SB3_SRC) \
+		-n $(TEST_WORKERS) -k "NPG or TRPO" --ignore=$(SB3_SRC)/tests/test_utils.py $(SB3_SRC)/tests $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

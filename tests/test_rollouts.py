@@ -38,6 +38,9 @@ def _collected(model, collect):
                              **{field: getattr(buffer, field).copy() for field in fields[1:]}})  # fmt: skip
         else:
             rollouts.append({field: getattr(buffer, field).copy() for field in fields})
+    last = model._last_obs
+    last = {key: value.copy() for key, value in last.items()} if isinstance(last, dict) else last.copy()
+    model.collected = (model.num_timesteps, [dict(info) for info in model.ep_info_buffer], last)
     return rollouts
 
 
@@ -53,6 +56,12 @@ def assert_same_rollouts(make_model):
                 assert np.allclose(got[field], expected, rtol=1e-5, atol=1e-5), f"rollout {number}: {field}"
             else:
                 assert np.array_equal(got[field], expected), f"rollout {number}: {field}"
+    # The episode statistics, the step count and where the next rollout starts are SB3's too.
+    (steps, episodes, last), (their_steps, their_episodes, their_last) = ours.collected, theirs.collected
+    assert steps == their_steps
+    keyed, their_keyed = (item if isinstance(item, dict) else {"": item} for item in (last, their_last))
+    assert all(np.array_equal(keyed[key], their_keyed[key]) for key in keyed), "next observation"
+    assert [(e["r"], e["l"]) for e in episodes] == [(e["r"], e["l"]) for e in their_episodes]
     return mine
 
 
@@ -87,6 +96,15 @@ def test_the_same_rollouts_as_sb3s_loop_for_every_action_and_observation_space(a
     def model():
         env = DummyVecEnv([lambda: _SpacesEnv(observation_space, ACTION_SPACES[action])] * 2)
         return NPG(policy, env, **kwargs)
+
+    assert_same_rollouts(model)
+
+
+def test_the_same_rollouts_as_sb3s_loop_with_a_box_action_of_two_dimensions():
+    matrix_action = spaces.Box(-1.0, 1.0, (2, 2), dtype=np.float32)
+
+    def model():
+        return NPG("MlpPolicy", DummyVecEnv([lambda: _SpacesEnv(OBSERVATION_SPACES["vector"][1], matrix_action)] * 2), **TINY)
 
     assert_same_rollouts(model)
 
@@ -163,3 +181,42 @@ def test_image_observations_use_the_fast_loop_with_a_cnn():
         "CnnPolicy", env, **{**TINY, "policy_kwargs": {"net_arch": [16], "features_extractor_kwargs": {"features_dim": 16}}}
     )
     assert model.sb3_loop_reason() is None
+
+
+def test_a_callback_that_returns_false_stops_the_rollout_at_that_step(algo):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class StopAt(BaseCallback):
+        def _on_step(self):
+            return self.num_timesteps < 50
+
+    model = algo("MlpPolicy", "CartPole-v1", **TINY).learn(10 * N_STEPS, callback=StopAt())
+    assert model.num_timesteps == 50 and model._n_updates == 0
+
+
+@pytest.mark.parametrize(
+    "n_envs, n_steps, gamma, gae_lambda", [(1, 64, 0.99, 0.95), (4, 333, 0.9, 1.0), (2, 257, 0.999, 0.0), (3, 1, 0.99, 0.95)]
+)
+def test_returns_and_advantages_are_sb3s_to_the_bit(n_envs, n_steps, gamma, gae_lambda):
+    from stable_baselines3.common.buffers import RolloutBuffer
+
+    from sb3_npg.common.rollouts import compute_returns_and_advantage
+
+    rng = np.random.default_rng(n_steps)
+    filled = {
+        "rewards": 10 * rng.normal(size=(n_steps, n_envs)),
+        "values": rng.normal(size=(n_steps, n_envs)),
+        "episode_starts": rng.random((n_steps, n_envs)) < 0.1,  # episode ends inside the rollout
+    }
+    last_values, dones = torch.randn(n_envs, 1), rng.random(n_envs) < 0.5
+    buffers = [
+        RolloutBuffer(n_steps, spaces.Box(-1, 1, (3,)), spaces.Discrete(2), gamma=gamma, gae_lambda=gae_lambda, n_envs=n_envs)
+        for _ in range(2)
+    ]
+    for buffer in buffers:
+        for field, values in filled.items():
+            getattr(buffer, field)[:] = values
+    buffers[0].compute_returns_and_advantage(last_values, dones)
+    compute_returns_and_advantage(buffers[1], last_values, dones)
+    assert np.array_equal(buffers[1].advantages, buffers[0].advantages)
+    assert np.array_equal(buffers[1].returns, buffers[0].returns)
