@@ -1,5 +1,6 @@
 """Our rollout loop fills the buffer as SB3's ``OnPolicyAlgorithm.collect_rollouts`` does, for every space and feature."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -8,7 +9,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 from torch import nn
 
 from sb3_npg import NPG, TRPO
@@ -40,7 +41,8 @@ def _collected(model, collect):
             rollouts.append({field: getattr(buffer, field).copy() for field in fields})
     last = model._last_obs
     last = {key: value.copy() for key, value in last.items()} if isinstance(last, dict) else last.copy()
-    model.collected = (model.num_timesteps, [dict(info) for info in model.ep_info_buffer], last)
+    episodes = [(info["r"], info["l"]) for info in model.ep_info_buffer] + [list(model.ep_success_buffer)]
+    model.collected = (model.num_timesteps, episodes, last)
     return rollouts
 
 
@@ -61,7 +63,7 @@ def assert_same_rollouts(make_model):
     assert steps == their_steps
     keyed, their_keyed = (item if isinstance(item, dict) else {"": item} for item in (last, their_last))
     assert all(np.array_equal(keyed[key], their_keyed[key]) for key in keyed), "next observation"
-    assert [(e["r"], e["l"]) for e in episodes] == [(e["r"], e["l"]) for e in their_episodes]
+    assert episodes == their_episodes, "episode returns, lengths and successes"
     return mine
 
 
@@ -220,3 +222,31 @@ def test_returns_and_advantages_are_sb3s_to_the_bit(n_envs, n_steps, gamma, gae_
     compute_returns_and_advantage(buffers[1], last_values, dones)
     assert np.array_equal(buffers[1].advantages, buffers[0].advantages)
     assert np.array_equal(buffers[1].returns, buffers[0].returns)
+
+
+class _SucceedsWhenLong(gym.Wrapper):
+    """CartPole that reports ``is_success`` at the end of each episode: whether it lasted 20 steps."""
+
+    def reset(self, **kwargs):
+        self.length = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.length += 1
+        if terminated or truncated:
+            info["is_success"] = self.length >= 20
+        return observation, reward, terminated, truncated, info
+
+
+def test_the_same_rollouts_and_success_rate_as_sb3s_loop_with_subprocess_environments():
+    models = []
+
+    def model():
+        env = make_vec_env("CartPole-v1", n_envs=2, seed=0, wrapper_class=_SucceedsWhenLong, vec_env_cls=SubprocVecEnv)
+        models.append(TRPO("MlpPolicy", env, **TINY))
+        return models[-1]
+
+    assert_same_rollouts(model)
+    successes = list(models[0].ep_success_buffer)
+    assert True in successes and False in successes  # what was compared holds both outcomes
