@@ -7,7 +7,8 @@ For each configuration one TRPO model (default MLP policy) collects ``n_steps`` 
 ``--reps`` repetitions after a warm-up, one torch thread, with the callbacks ``learn()`` installs. Two floors are
 timed in the same alternation: the bare environment stepping with random actions (one ``gymnasium`` env, no
 wrappers), and the same vectorized environment as the model's (``Monitor``, ``VecNormalize`` where the
-configuration has it) stepping with random actions. The table reports the median microseconds per sample and the
+configuration has it) stepping with random actions; both floors draw a new random action per step, all of them
+before the clock starts. The table reports the median microseconds per sample and the
 ratios ours / SB3's and ours / the vectorized floor.
 """
 
@@ -43,17 +44,23 @@ def _vec_env(config: dict[str, Any], seed: int) -> Any:
     return VecNormalize(env) if config["normalize"] else env
 
 
+def _random_action_sequence(space: gym.Space, count: int, seed: int) -> np.ndarray:
+    """``count`` random actions, drawn before the clock starts (sampling a ``Box`` costs more than some steps)."""
+    space.seed(seed)
+    return np.stack([space.sample() for _ in range(count)])
+
+
 def _bare(config: dict[str, Any], seed: int) -> Any:
     """Seconds per sample of the bare environment stepping with random actions."""
     env = gym.make(config["env_id"])
     env.reset(seed=seed)
-    env.action_space.seed(seed)
     steps = config["n_steps"] * config["n_envs"]
+    actions = _random_action_sequence(env.action_space, steps, seed)
 
     def run() -> float:
         start = time.perf_counter()
-        for _ in range(steps):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        for action in actions:
+            _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 env.reset()
         return (time.perf_counter() - start) / steps
@@ -65,13 +72,13 @@ def _random_actions(config: dict[str, Any], seed: int) -> Any:
     """Seconds per sample of the model's kind of vectorized environment stepping with random actions."""
     env = _vec_env(config, seed)
     env.reset()
-    env.action_space.seed(seed)
-    actions = np.stack([env.action_space.sample() for _ in range(config["n_envs"])])
+    actions = _random_action_sequence(env.action_space, config["n_steps"] * config["n_envs"], seed)
+    actions = actions.reshape(config["n_steps"], config["n_envs"], *actions.shape[1:])
 
     def run() -> float:
         start = time.perf_counter()
-        for _ in range(config["n_steps"]):
-            env.step(actions)
+        for step_actions in actions:
+            env.step(step_actions)
         return (time.perf_counter() - start) / (config["n_steps"] * config["n_envs"])
 
     return run

@@ -89,6 +89,12 @@ ALWAYS_LOGGED_KEYS = (
     "value_loss",
     "value_grad_norm",
 )
+#: Diagnostics written to every log format but stdout: a ``verbose=1`` table shows what a user reads per update
+#: (returns, KL, entropy, improvement, step fraction, value loss); TensorBoard, CSV and JSON get every key.
+#: Event counters and ``skipped_steps`` reach stdout only when they are not zero.
+NOT_ON_STDOUT = frozenset(
+    {"policy_objective", "expected_improvement", "cg_iterations", "cg_residual", "value_grad_norm", "line_search_last_kl"}
+)
 #: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
 FISHER_PRODUCTS = ("analytic", "autograd")
 #: The recommended settings for fast updates, to put after any configuration:
@@ -361,17 +367,21 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         """One record per update: every key of ``docs/design.md``'s diagnostics."""
         means = {key: math.nan for key in ALWAYS_LOGGED_KEYS} | policy_means | critic_means
         for key, value in means.items():
-            self.logger.record(f"train/{key}", value)
+            self.logger.record(f"train/{key}", value, exclude="stdout" if key in NOT_ON_STDOUT else None)
         values = self.rollout_buffer.values.flatten()
         returns = self.rollout_buffer.returns.flatten()
         self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
         log_std = getattr(self.policy, "log_std", None)
         if isinstance(log_std, torch.Tensor):
             self.logger.record("train/std", torch.exp(log_std.detach()).mean().item())
-        self.logger.record("train/skipped_steps", self.skipped_steps)
+        self._record_count("train/skipped_steps", self.skipped_steps)
         for event in self.counted_events:
-            self.logger.record(f"train/events/{event}", self.event_counts.get(event, 0))
+            self._record_count(f"train/events/{event}", self.event_counts.get(event, 0))
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    def _record_count(self, key: str, count: int) -> None:
+        """A counter for every log format, and for stdout only when it is not zero."""
+        self.logger.record(key, count, exclude=None if count else "stdout")
 
     # ------------------------------------------------------------------ learn, save, load
 
