@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow test-sb3 test-sb3-contrib lint format type bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
+.PHONY: demo docs test test-slow test-sb3 test-sb3-contrib lint format type package bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ test-sb3: $(VENV)/.installed-test $(SB3_SRC)/tests
 	PYTHONPATH=. $(BIN)/python -m pytest -p tests.external.sb3_plugin -c /dev/null --rootdir $(SB3_SRC) \
 		-n $(TEST_WORKERS) -k "NPG or TRPO" --ignore=$(SB3_SRC)/tests/test_utils.py $(SB3_SRC)/tests $(PYTEST_ARGS)
 
+# The documentation site (docs/), warnings as errors; open docs/_build/html/index.html.
+docs: $(VENV)/.installed-docs
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -67,6 +71,14 @@ format: $(VENV)/.installed-dev
 type: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
+# The sdist and the wheel as pip builds them (isolated, with the setuptools of [build-system]), checked by twine.
+# tests/test_packaging.py does the same in `make test`.
+DIST_DIR ?= dist
+package: $(VENV)/.installed-dev
+	rm -rf $(DIST_DIR)
+	$(BIN)/python -m build --outdir $(DIST_DIR) .
+	$(BIN)/twine check --strict $(DIST_DIR)/*
+
 # The comparison matrix (resumes an interrupted run), then its tables and plots: the published results.
 BENCH_ALGOS ?= npg,npg_trpo,trpo,ppo,a2c
 BENCH_ENVS ?= CartPole-v1,Acrobot-v1,Pendulum-v1,MountainCarContinuous-v0,LunarLanderContinuous-v3,HalfCheetah-v5,Hopper-v5,Walker2d-v5,Swimmer-v5
@@ -76,7 +88,7 @@ bench: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos $(BENCH_ALGOS) --envs $(BENCH_ENVS) --seeds $(BENCH_SEEDS) --workers 2 --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md
 
-# Learning check over 3 seeds: the "Does it learn?" table in README.md comes from this file.
+# Learning check over 3 seeds: the "Does it learn?" table of docs/benchmarks.md comes from this file.
 bench-learning: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
 

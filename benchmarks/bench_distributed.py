@@ -180,7 +180,7 @@ def estimate_table(row: dict[str, Any], machine_counts: list[int], latency: floa
 
 
 def tables(throughput: list[dict[str, Any]], all_reduce: list[dict[str, Any]]) -> str:
-    """The two markdown tables of the README."""
+    """The two markdown tables of the docs (docs/guide/scaling_out.md) and benchmarks/README.md."""
     lines = [
         "| processes | samples / update | samples / s | speed-up | collect s / update | train() s / update "
         "| collectives / update | payload KiB / update | collective s / update |",

@@ -30,6 +30,10 @@ from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path
 META_KEY = "meta"
 #: The results file of a comparison matrix, in its output folder (one finished run per line).
 RUNS_FILE = "runs.jsonl"
+#: Evaluations per run in both Zoo harnesses (``compare.py``, ``zoo_verify.py``): every budget/10 steps. The Zoo's
+#: evaluation environment is seeded once and runs on, so which 10 episodes the last evaluation sees depends on how many
+#: came before; with one schedule, a run gets the same final return in both tables (``benchmarks/eval_schedule.py``).
+EVALUATIONS_PER_RUN = 10
 #: Untimed rounds before the timed ones of the per-update timing scripts.
 TIMING_WARMUP_ROUNDS = 2
 #: The repository's root: results record paths relative to it.

@@ -39,13 +39,13 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from benchmarks.common import RUNS_FILE, default_hyperparams, hyperparams_entry, portable_path, read_jsonl
+from benchmarks.common import EVALUATIONS_PER_RUN, RUNS_FILE, default_hyperparams, hyperparams_entry, portable_path, read_jsonl
 from sb3_npg.zoo import hyperparams_path
 
 DEFAULT_ALGOS = "npg,npg_trpo,trpo,ppo,a2c"
 DEFAULT_EVAL_EPISODES = 10
 #: Evaluations per run when ``--eval-freq`` is not given.
-DEFAULT_EVALUATIONS = 10
+DEFAULT_EVALUATIONS = EVALUATIONS_PER_RUN
 #: The file whose budgets are every algorithm's default: the RL Zoo's TRPO budgets, with MuJoCo v5 entries.
 BUDGET_FILE_ALGO = "npg_trpo"
 

@@ -1,10 +1,10 @@
 """Does each algorithm learn? Train with documented settings, evaluate periodically, stop at the threshold.
 
 The default test suite runs the same configurations (tests/test_learning.py). To reproduce the numbers in the
-closing notes and README::
+closing notes and docs/benchmarks.md::
 
     .venv/bin/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
-    .venv/bin/python -m benchmarks.learning --table benchmarks/results/learning.jsonl   # the README table
+    .venv/bin/python -m benchmarks.learning --table benchmarks/results/learning.jsonl   # the table of docs/benchmarks.md
 
 Each cell of the table is the best deterministic evaluation mean (10 episodes), the step count at which training
 stopped (threshold reached, or the budget spent), and the wall time of ``learn()``.
@@ -90,7 +90,7 @@ def _cell(row: dict[str, Any]) -> str:
 
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """
-    The README table: one row per algorithm and environment, one cell per seed.
+    The table of docs/benchmarks.md: one row per algorithm and environment, one cell per seed.
 
     :param results: rows as written by :func:`main` (``LearningResult`` fields)
     :return: the markdown table

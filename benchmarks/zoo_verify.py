@@ -7,7 +7,8 @@
 
 Each run is a separate process running ``python -m sb3_npg.zoo train --algo A --env E --seed S`` with our shipped
 hyperparameters (budget: the file's ``n_timesteps``) and the Zoo's evaluation callback (``--eval-freq
-budget/EVALUATIONS --eval-episodes 10``, deterministic). ``trpo``, in the default ``--algos``, is sb3-contrib's TRPO
+budget/EVALUATIONS --eval-episodes 10``, deterministic; the schedule of ``compare.py`` too, so one run's last
+evaluation is the same in both). ``trpo``, in the default ``--algos``, is sb3-contrib's TRPO
 with the RL Zoo's own file: the peer behind the published numbers, run in the same harness. The result of a run is
 the mean return of its last evaluation; runs already in ``--out`` are skipped. The published reference is the RL
 Zoo's sb3-contrib TRPO result at the same budget (the RL Zoo's benchmark table).
@@ -28,9 +29,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.common import PUBLISHED_TRPO, default_hyperparams, read_jsonl
+from benchmarks.common import EVALUATIONS_PER_RUN, PUBLISHED_TRPO, default_hyperparams, read_jsonl
 
-EVALUATIONS = 4
+EVALUATIONS = EVALUATIONS_PER_RUN
+#: Evaluations per run of the records written before both harnesses shared one schedule (they have no ``eval_freq``).
+LEGACY_EVALUATIONS = 4
 #: Hyperparameter files tried and not (or not yet) shipped; their runs are ``results/zoo_candidates/<name>.jsonl``.
 CANDIDATES_DIR = Path(__file__).parent / "zoo_candidates"
 EVAL_EPISODES = 10
@@ -58,16 +61,27 @@ def run(algo: str, env_id: str, seed: int, conf: Path | None = None) -> dict[str
         "env_id": env_id,
         "seed": seed,
         "budget": steps,
+        "eval_freq": steps // EVALUATIONS,
         "evaluated_at": int(evaluations["timesteps"][-1]),
         "final_return_mean": float(np.mean(returns)),
         "final_return_std": float(np.std(returns)),
     }
 
 
+def evaluation_freq(record: dict[str, Any]) -> int:
+    """Steps between the evaluations of a recorded run (records without the field: every budget/4 steps)."""
+    return int(record.get("eval_freq", record["budget"] // LEGACY_EVALUATIONS))
+
+
+def latest_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (algorithm, environment, seed): the last one written (a re-run supersedes the older schedule)."""
+    return list({(r["algo"], r["env_id"], r["seed"]): r for r in results}.values())
+
+
 def _groups(results: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Runs grouped by (algorithm, environment), each group in seed order."""
+    """The latest runs grouped by (algorithm, environment), each group in seed order."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in sorted(results, key=lambda r: r["seed"]):
+    for row in sorted(latest_runs(results), key=lambda r: r["seed"]):
         groups.setdefault((row["algo"], row["env_id"]), []).append(row)
     return groups
 
@@ -85,11 +99,13 @@ def _cells(env_id: str, rows: list[dict[str, Any]]) -> str:
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """Per algorithm and environment: the last evaluation of each seed, their mean, and the published reference."""
     lines = [
-        "| algorithm | environment | budget | last evaluation per seed | mean | RL Zoo TRPO (published) | reached |",
-        "|---|---|---|---|---|---|---|",
+        "| algorithm | environment | budget | evaluations | last evaluation per seed | mean | RL Zoo TRPO (published) "
+        "| reached |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (algo, env_id), rows in sorted(_groups(results).items()):
-        lines.append(f"| {algo} | {env_id} | {rows[0]['budget']:,} | {_cells(env_id, rows)}")
+        schedules = "/".join(sorted({str(row["budget"] // evaluation_freq(row)) for row in rows}))
+        lines.append(f"| {algo} | {env_id} | {rows[0]['budget']:,} | {schedules} | {_cells(env_id, rows)}")
     return "\n".join(lines)
 
 
@@ -130,7 +146,7 @@ def main() -> None:
         print(candidates_table(args.candidates_table))
         return
     results = read_jsonl(args.out)
-    done = {(r["algo"], r["env_id"], r["seed"]) for r in results}
+    done = {(r["algo"], r["env_id"], r["seed"]) for r in results if evaluation_freq(r) == r["budget"] // EVALUATIONS}
     jobs = [
         (algo, env_id, int(seed))
         for seed in args.seeds.split(",")

@@ -121,8 +121,8 @@ def test_zoo_verify_tables_mark_the_entries_that_reach_the_published_result(tmp_
         for seed, value in enumerate([500.0, 500.0, 499.0])
     ] + [{"algo": "npg_trpo", "env_id": "CartPole-v1", "seed": 0, "budget": 100_000, "final_return_mean": 500.0}]
     table = markdown_table(rows).splitlines()
-    assert table[2] == "| npg | CartPole-v1 | 100,000 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
-    assert table[3] == "| npg_trpo | CartPole-v1 | 100,000 | 500.0 | 500.0 | 500 | yes |"
+    assert table[2] == "| npg | CartPole-v1 | 100,000 | 4 | 500.0 / 500.0 / 499.0 | 499.7 | 500 | no |"
+    assert table[3] == "| npg_trpo | CartPole-v1 | 100,000 | 4 | 500.0 | 500.0 | 500 | yes |"
     header = "# A candidate tried for npg on CartPole-v1: half the KL radius\n"
     (tmp_path / "smaller_kl.yml").write_text(header, encoding="utf-8")
     results = tmp_path / "smaller_kl.jsonl"
@@ -132,11 +132,26 @@ def test_zoo_verify_tables_mark_the_entries_that_reach_the_published_result(tmp_
     assert candidates[2] == expected
 
 
+def test_zoo_verify_reruns_a_legacy_record_on_the_shared_schedule_and_tables_the_rerun():
+    """Records without ``eval_freq`` were evaluated 4 times per run: ``make bench-zoo`` runs them again on the schedule
+    of the comparison matrix (so one run has one final return in both tables), and the table shows the newer run."""
+    from benchmarks.compare import DEFAULT_EVALUATIONS
+    from benchmarks.zoo_verify import EVALUATIONS, latest_runs, markdown_table
+
+    assert EVALUATIONS == DEFAULT_EVALUATIONS
+    legacy = {"algo": "npg", "env_id": "Pendulum-v1", "seed": 0, "budget": 100_000, "final_return_mean": -119.4}
+    rerun = legacy | {"eval_freq": 100_000 // EVALUATIONS, "final_return_mean": -217.9}
+    assert latest_runs([legacy, rerun]) == [rerun]
+    assert markdown_table([legacy, rerun]).splitlines()[2].startswith("| npg | Pendulum-v1 | 100,000 | 10 | -217.9 |")
+
+
 @pytest.mark.parametrize("algo", ["npg", "npg_trpo"])
 def test_shipped_zoo_comments_state_the_verified_runs_and_every_required_entry_reaches_the_reference(algo):
     """The comment above each verified entry quotes zoo_verify.jsonl (seeds 0, 1, 2), and the five environments the
     RL Zoo issue requires are verified at or above the published sb3-contrib TRPO result."""
-    runs = read_jsonl(Path(__file__).parents[1] / "benchmarks" / "results" / "zoo_verify.jsonl")
+    from benchmarks.zoo_verify import latest_runs
+
+    runs = latest_runs(read_jsonl(Path(__file__).parents[1] / "benchmarks" / "results" / "zoo_verify.jsonl"))
     lines = hyperparams_path(algo).read_text(encoding="utf-8").splitlines()
     verified = {}
     for comment, entry in itertools.pairwise(lines):

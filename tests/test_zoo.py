@@ -12,7 +12,7 @@ from rl_zoo3 import hyperparams_opt, utils
 
 from sb3_npg import NPG, TRPO
 from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path, register
-from sb3_npg.zoo.cli import main, with_default_config
+from sb3_npg.zoo.cli import SCRIPTS, SUMMARIES, USAGE_ERROR, main, through_this_cli, with_default_config
 from sb3_npg.zoo.samplers import SAMPLERS
 
 ZOO_NAMES = list(ZOO_ALGOS)
@@ -55,11 +55,73 @@ def test_default_config_is_ours_for_our_names_only():
         hyperparams_path("trpo")
 
 
-def test_unknown_script_exits_with_usage(capsys):
+@pytest.mark.parametrize("name", ["fly", "trian", "Train", "-v"])
+def test_unknown_sub_command_exits_2_naming_it_and_the_choices(name, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fly"])
-    assert exit_info.value.code == 2
+        main([name, "--algo", "npg"])
+    assert exit_info.value.code == USAGE_ERROR
+    err = capsys.readouterr().err
+    assert "usage: sb3-npg-zoo" in err
+    assert f"sb3-npg-zoo: unknown sub-command {name!r} (choose from {', '.join(SCRIPTS)})" in err
+
+
+def test_no_sub_command_exits_2_with_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == USAGE_ERROR
     assert "usage: sb3-npg-zoo" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_is_plain_text_listing_every_sub_command(flag, capsys):
+    main([flag])  # returns: exit status 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: sb3-npg-zoo")
+    assert "``" not in out and ":func:" not in out  # not the module's reStructuredText
+    lines = out.splitlines()
+    for name, summary in SUMMARIES.items():
+        assert sum(line.split()[:1] == [name] for line in lines) == 1, name  # one line per sub-command
+        assert f"{name}  " in out and summary in out
+
+
+def test_every_sub_command_has_a_summary():
+    assert list(SUMMARIES) == list(SCRIPTS)
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--help"], 0), (["-h"], 0), ([], USAGE_ERROR), (["trian"], USAGE_ERROR)])
+def test_exit_status_of_the_module_entry_point(args, code):
+    completed = subprocess.run([sys.executable, "-m", "sb3_npg.zoo", *args], capture_output=True, text=True, check=False)
+    assert completed.returncode == code
+    assert "usage: sb3-npg-zoo" in (completed.stdout if code == 0 else completed.stderr)
+
+
+def test_record_training_records_through_this_cli():
+    rest = ["--env", "CartPole-v1", "--algo", "npg", "--no-render"]
+    assert through_this_cli(["python", "-m", "rl_zoo3.record_video", *rest]) == [
+        sys.executable,
+        "-m",
+        "sb3_npg.zoo",
+        "record_video",
+        *rest,
+    ]
+    other = ["ffmpeg", "-i", "video.mp4"]
+    assert through_this_cli(other) == other
+
+
+def test_record_training_runs_record_video_with_our_algorithms_registered(tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    main(["train", "--algo", "npg", "--env", "CartPole-v1", "-n", "128", "-f", str(logs), "--seed", "0", *TINY_PARAMS])
+    calls = []
+
+    def record(command, *args, **kwargs):
+        calls.append(command)
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", record)
+    monkeypatch.setattr("os.system", lambda command: 0)  # the Zoo joins the videos with the system's ffmpeg
+    main(["record_training", "--algo", "npg", "--env", "CartPole-v1", "-f", str(logs), "-n", "10"])
+    assert calls and all(command[:4] == [sys.executable, "-m", "sb3_npg.zoo", "record_video"] for command in calls)
+    assert subprocess.call is record  # put back after the run
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
@@ -111,9 +173,7 @@ class _no_warning:
         return False
 
 
-def test_module_and_console_script_entry_points():
-    completed = subprocess.run([sys.executable, "-m", "sb3_npg.zoo"], capture_output=True, text=True, check=False)
-    assert completed.returncode == 2 and "usage: sb3-npg-zoo" in completed.stderr
+def test_console_script_entry_point():
     scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
     assert scripts["sb3-npg-zoo"] == "sb3_npg.zoo.cli:main"
 
@@ -123,3 +183,15 @@ def test_record_video_of_a_trained_model(tmp_path):
     main(["train", "--algo", "npg", "--env", "CartPole-v1", "-n", "128", "-f", str(logs), "--seed", "0", *TINY_PARAMS])
     main(["record_video", "--algo", "npg", "--env", "CartPole-v1", "-f", str(logs), "-n", "20", "-o", str(videos)])
     assert [path.suffix for path in videos.iterdir()] == [".mp4"]
+
+
+def test_fast_settings_through_the_zoos_params_flag_as_the_docs_quote_it(tmp_path):
+    """The RL Zoo page's recipe: the Zoo evaluates each -params value as Python, so 'lbfgs' keeps its own quotes
+    (the shell's ``critic_fit:"'lbfgs'"`` passes ``critic_fit:'lbfgs'``)."""
+    from sb3_npg import FAST_SETTINGS
+
+    logs = tmp_path / "logs"
+    fast = ["fisher_sub_sampling_factor:5", "critic_fit:'lbfgs'", "n_critic_updates:10"]
+    main(["train", "--algo", "npg_trpo", "--env", "Pendulum-v1", "-n", "128", "-f", str(logs), *TINY_PARAMS, *fast])
+    saved = TRPO.load(logs / "npg_trpo" / "Pendulum-v1_1" / "Pendulum-v1.zip")
+    assert {key: getattr(saved, key) for key in FAST_SETTINGS} == dict(FAST_SETTINGS)

@@ -14,14 +14,22 @@ stay the default for its algorithms, sb3-contrib's ``trpo`` included).
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from sb3_npg.zoo.registry import ZOO_ALGOS, hyperparams_path, register
 
+PROG = "sb3-npg-zoo"
 CONF_FLAGS = ("-conf", "--conf-file")
+HELP_FLAGS = ("-h", "--help")
+#: The exit status of a bad command line (argparse's).
+USAGE_ERROR = 2
 #: The Zoo's default ``--algo``, when the command line gives none.
 ZOO_DEFAULT_ALGO = "ppo"
+#: How the Zoo's ``record_training`` records each model: a fresh ``python`` from ``PATH``, which knows none of our names.
+ZOO_RECORD_VIDEO = ("python", "-m", "rl_zoo3.record_video")
 
 
 def _function(module: str, name: str) -> Callable[[], None]:
@@ -38,16 +46,81 @@ def _module(module: str) -> Callable[[], None]:
     return run
 
 
+def through_this_cli(command: Sequence[str]) -> list[str]:
+    """
+    A command of the Zoo's ``record_training``, with its ``record_video`` runs sent through this CLI.
+
+    :param command: the command ``record_training`` passes to ``subprocess.call``
+    :return: ``record_video`` in this interpreter with our algorithms registered; any other command unchanged
+    """
+    if tuple(command[: len(ZOO_RECORD_VIDEO)]) == ZOO_RECORD_VIDEO:
+        return [sys.executable, "-m", "sb3_npg.zoo", "record_video", *command[len(ZOO_RECORD_VIDEO) :]]
+    return list(command)
+
+
+def _record_training() -> None:
+    """The Zoo's ``record_training``, its ``record_video`` sub-processes rewritten by :func:`through_this_cli`."""
+    call = subprocess.call
+
+    def redirected(command: Sequence[str], *args: Any, **kwargs: Any) -> int:
+        return call(through_this_cli(command), *args, **kwargs)
+
+    # The Zoo's script calls ``subprocess.call``, looked up in the module at each call.
+    subprocess.call = redirected  # type: ignore[assignment]
+    try:
+        _module("rl_zoo3.record_training")()
+    finally:
+        subprocess.call = call
+
+
 #: Sub-command -> the Zoo's script (a function, or a module that runs as ``__main__``).
 SCRIPTS: dict[str, Callable[[], None]] = {
     "train": _function("rl_zoo3.train", "train"),
     "enjoy": _function("rl_zoo3.enjoy", "enjoy"),
     "record_video": _module("rl_zoo3.record_video"),
-    "record_training": _module("rl_zoo3.record_training"),
+    "record_training": _record_training,
     "plot_train": _function("rl_zoo3.plots.plot_train", "plot_train"),
     "plot_from_file": _function("rl_zoo3.plots.plot_from_file", "plot_from_file"),
     "all_plots": _function("rl_zoo3.plots.all_plots", "all_plots"),
 }
+
+#: Sub-command -> its one-line summary in ``--help`` (the same keys as :data:`SCRIPTS`).
+SUMMARIES: dict[str, str] = {
+    "train": "train an agent (or tune its hyperparameters with -optimize)",
+    "enjoy": "run a trained agent",
+    "record_video": "record a video of a trained agent",
+    "record_training": "record a video of each checkpoint, the final and the best model of a run",
+    "plot_train": "plot the training episode returns of runs (Monitor logs)",
+    "plot_from_file": "plot the results saved by all_plots -o",
+    "all_plots": "gather the evaluations of runs, plot them and print a table",
+}
+USAGE = f"usage: {PROG} {{{','.join(SCRIPTS)}}} [RL Zoo flags ...]"
+#: The plain-text part of ``--help`` after the sub-commands (the module docstring is reStructuredText for Sphinx).
+HELP_DETAILS = f"""\
+Every flag after the sub-command is the RL Zoo's own and means what it means there
+({PROG} <sub-command> --help lists them). One default differs: for npg and npg_trpo, train reads
+sb3-npg's shipped hyperparameter file unless -conf/--conf-file is given (the Zoo's own files stay
+the default for its algorithms, sb3-contrib's trpo included). python -m sb3_npg.zoo is the same command.
+
+examples:
+  {PROG} train --algo npg --env CartPole-v1
+  {PROG} train --algo npg_trpo --env Pendulum-v1 -optimize --n-trials 20 --n-jobs 2 \\
+      --storage sqlite:///npg.db --study-name pendulum
+  {PROG} enjoy --algo npg --env CartPole-v1 -f logs/ --no-render
+  {PROG} record_video --algo npg_trpo --env Pendulum-v1 -f logs/ -n 1000
+  {PROG} plot_train --algo npg --env CartPole-v1 -f logs/"""
+
+
+def help_text() -> str:
+    """
+    The plain-text ``--help`` of ``sb3-npg-zoo``: usage, one line per sub-command, how flags pass through, examples.
+
+    :return: the text, without a trailing newline
+    """
+    width = max(map(len, SUMMARIES))
+    lines = [f"  {name:<{width}}  {summary}" for name, summary in SUMMARIES.items()]
+    title = "The RL Zoo's scripts with sb3-npg's algorithms (npg, npg_trpo) registered."
+    return "\n".join([USAGE, "", title, "", "sub-commands:", *lines, "", HELP_DETAILS])
 
 
 def _algo(args: Sequence[str]) -> str:
@@ -74,6 +147,13 @@ def with_default_config(args: Sequence[str]) -> list[str]:
     return list(args)
 
 
+def _fail(message: str) -> NoReturn:
+    """Exit as argparse does on a bad command line: the usage and the message on stderr, status 2."""
+    print(USAGE, file=sys.stderr)
+    print(f"{PROG}: {message}", file=sys.stderr)
+    raise SystemExit(USAGE_ERROR)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """
     Run a Zoo script with our algorithms registered.
@@ -81,13 +161,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     :param argv: the command line after the program name (default: ``sys.argv[1:]``)
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in SCRIPTS:
-        print(__doc__, file=sys.stderr)
-        print(f"usage: sb3-npg-zoo {{{','.join(SCRIPTS)}}} [RL Zoo flags ...]", file=sys.stderr)
-        raise SystemExit(2)
+    if not args:
+        _fail(f"a sub-command is required (choose from {', '.join(SCRIPTS)}); {PROG} --help says more")
+    if args[0] in HELP_FLAGS:
+        print(help_text())
+        return
+    if args[0] not in SCRIPTS:
+        _fail(f"unknown sub-command {args[0]!r} (choose from {', '.join(SCRIPTS)})")
     script, rest = args[0], args[1:]
     register()
     if script == "train":
         rest = with_default_config(rest)
-    sys.argv = [f"sb3-npg-zoo {script}", *rest]
+    sys.argv = [f"{PROG} {script}", *rest]
     SCRIPTS[script]()
