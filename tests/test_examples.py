@@ -50,4 +50,5 @@ def test_demo_saves_both_models_and_prints_the_table(tmp_path, capsys):
     rows = _load("demo").main(["--timesteps", "1024", "--out", str(tmp_path), "--no-progress-bar"])
     assert [row[0] for row in rows] == ["NPG", "TRPO"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["npg_CartPole-v1.zip", "trpo_CartPole-v1.zip"]
-    assert "| NPG " in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| NPG       | its defaults " in printed and "| TRPO      | its defaults " in printed
