@@ -1,9 +1,10 @@
 """Sampling the policy's actions as its distribution would, without building the distribution.
 
 SB3's ``get_distribution(obs).get_actions()`` builds a torch distribution object every step (normalizing logits,
-validating arguments) before it draws. For SB3's diagonal Gaussian and categorical distributions the samplers here
+validating arguments) before it draws. For SB3's diagonal Gaussian, gSDE and categorical distributions the samplers here
 compute the same tensors and make, from the same generator, the draws that ``torch.normal`` and ``torch.multinomial``
-make inside (standard normals, then scaled and shifted; exponentials, then the argmax of probabilities over them),
+make inside (standard normals, then scaled and shifted; exponentials, then the argmax of probabilities over them;
+gSDE draws nothing per step: the mean plus the noise of its current matrix),
 without those functions' overhead: the actions are the same to the bit (``tests/test_rollouts.py`` compares whole
 rollouts with SB3's loop, so a PyTorch release that draws differently fails there, not silently). Any other
 distribution, or a policy that builds its distribution its own way, is sampled through ``get_distribution``.
@@ -16,7 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+from stable_baselines3.common.distributions import (
+    CategoricalDistribution,
+    DiagGaussianDistribution,
+    StateDependentNoiseDistribution,
+)
 from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
 from stable_baselines3.common.preprocessing import preprocess_obs
 from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
@@ -104,4 +109,15 @@ def action_sampler(policy: ActorCriticPolicy) -> Sampler:
             return probabilities.div(torch.empty_like(probabilities).exponential_()).argmax(dim=-1)
 
         return categorical
+    if type(policy.action_dist) is StateDependentNoiseDistribution and type(head) is nn.Linear:
+        state_dependent = policy.action_dist  # its exploration matrices change with reset_noise: read at each call
+
+        def gsde(observations: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+            latent_pi = latent(observations)  # also the noise's features, as in _get_action_dist_from_latent
+            # gSDE's sample() is the mean plus the state-dependent noise (no draw: the noise matrix is drawn by
+            # reset_noise), then the tanh bijector if squashed; the variance it also computes is not needed to act.
+            actions = F.linear(latent_pi, head.weight, head.bias) + state_dependent.get_noise(latent_pi)
+            return actions if state_dependent.bijector is None else state_dependent.bijector.forward(actions)
+
+        return gsde
     return lambda observations: policy.get_distribution(observations).get_actions()
