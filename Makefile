@@ -34,10 +34,12 @@ test-slow: $(VENV)/.installed-test
 # from sb3-contrib's source distribution on PyPI, downloaded once into .cache/.
 SB3_CONTRIB_VERSION ?= 2.9.2
 SB3_CONTRIB_SRC := .cache/sb3_contrib-$(SB3_CONTRIB_VERSION)
-$(SB3_CONTRIB_SRC)/tests: | $(BIN)/python
+
+# A source distribution from PyPI, unpacked once: .cache/<name>-<version>/tests (the name with underscores).
+.cache/%/tests: | $(BIN)/python
 	mkdir -p .cache
-	$(BIN)/python -m pip download --no-deps --no-binary :all: "sb3-contrib==$(SB3_CONTRIB_VERSION)" -d .cache
-	tar -xzf .cache/sb3_contrib-$(SB3_CONTRIB_VERSION).tar.gz -C .cache
+	$(BIN)/python -m pip download --no-deps --no-binary :all: "$(subst -,==,$*)" -d .cache
+	tar -xzf .cache/$*.tar.gz -C .cache
 
 test-sb3-contrib: $(VENV)/.installed-test $(SB3_CONTRIB_SRC)/tests
 	PYTHONPATH=. $(BIN)/python -m pytest -p tests.external.sb3_contrib_plugin -c /dev/null --rootdir $(SB3_CONTRIB_SRC) \
@@ -47,10 +49,6 @@ test-sb3-contrib: $(VENV)/.installed-test $(SB3_CONTRIB_SRC)/tests
 # from SB3's source distribution on PyPI, downloaded once into .cache/. Only the added cases run.
 SB3_VERSION ?= 2.9.2
 SB3_SRC := .cache/stable_baselines3-$(SB3_VERSION)
-$(SB3_SRC)/tests: | $(BIN)/python
-	mkdir -p .cache
-	$(BIN)/python -m pip download --no-deps --no-binary :all: "stable-baselines3==$(SB3_VERSION)" -d .cache
-	tar -xzf .cache/stable_baselines3-$(SB3_VERSION).tar.gz -C .cache
 
 test-sb3: $(VENV)/.installed-test $(SB3_SRC)/tests
 	PYTHONPATH=. $(BIN)/python -m pytest -p tests.external.sb3_plugin -c /dev/null --rootdir $(SB3_SRC) \

@@ -20,13 +20,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
-from benchmarks.common import TIMING_WARMUP_ROUNDS, configs_parser, write_results
+from benchmarks.common import TIMING_WARMUP_ROUNDS, configs_parser, run_configs
 from sb3_npg import TRPO
 
 #: name -> environment, number of envs, VecNormalize, steps per environment per rollout.
@@ -141,15 +140,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = configs_parser(__doc__, COLLECT_CONFIGS)
     parser.set_defaults(reps=7)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    results = []
-    for name in args.configs.split(","):
-        results.append(bench_config(name, COLLECT_CONFIGS[name], args.reps))
-        print(markdown_table(results[-1:]), flush=True)
-    print(f"\n{markdown_table(results)}")
-    if args.out is not None:
-        write_results(args.out, results)
+    run_configs(parser.parse_args(), COLLECT_CONFIGS, bench_config, markdown_table)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from benchmarks.common import (
     build_model,
     configs_parser,
     fill_rollout,
-    write_results,
+    run_configs,
 )
 from sb3_npg import FAST_SETTINGS, NPG, TRPO
 
@@ -209,15 +209,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    args = configs_parser(__doc__, UPDATE_CONFIGS).parse_args()
-    torch.set_num_threads(1)
-    results = []
-    for name in args.configs.split(","):
-        results.append(bench_config(name, UPDATE_CONFIGS[name], args.reps))
-        print(markdown_table(results[-1:]), flush=True)
-    print(f"\n{markdown_table(results)}")
-    if args.out is not None:
-        write_results(args.out, results)
+    run_configs(configs_parser(__doc__, UPDATE_CONFIGS).parse_args(), UPDATE_CONFIGS, bench_config, markdown_table)
 
 
 if __name__ == "__main__":

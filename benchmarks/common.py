@@ -10,7 +10,7 @@ import inspect
 import json
 import platform
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,26 @@ def configs_parser(description: str | None, configs: Iterable[str]) -> argparse.
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--out", type=Path)
     return parser
+
+
+def run_configs(
+    args: argparse.Namespace,
+    configs: Mapping[str, Any],
+    bench_config: Callable[[str, Any, int], dict[str, Any]],
+    markdown_table: Callable[[list[dict[str, Any]]], str],
+) -> None:
+    """
+    The loop of the per-configuration timing scripts: one torch thread, each configuration of ``--configs`` timed
+    and its row printed as it lands, then the whole table, and the results written to ``--out`` when given.
+    """
+    torch.set_num_threads(1)
+    results = []
+    for name in args.configs.split(","):
+        results.append(bench_config(name, configs[name], args.reps))
+        print(markdown_table(results[-1:]), flush=True)
+    print(f"\n{markdown_table(results)}")
+    if args.out is not None:
+        write_results(args.out, results)
 
 
 def read_jsonl(path: Path | None) -> list[dict[str, Any]]:
