@@ -212,3 +212,17 @@ def test_results_record_hyperparameter_files_without_machine_paths(tmp_path):
     assert portable_path(tmp_path / "mine.yml") == "mine.yml"
     runs = read_jsonl(Path(__file__).parent.parent / "benchmarks" / "results" / "compare" / "runs.jsonl")
     assert runs and all(not Path(run["conf"]).is_absolute() for run in runs)
+
+
+def test_collect_phases_times_every_phase_of_our_loop_and_leaves_sb3s_loop_untouched():
+    from benchmarks import collect_phases
+    from sb3_npg.common import rollouts
+
+    sampler = rollouts.action_sampler
+    config = {"env_id": "CartPole-v1", "n_envs": 1, "normalize": False, "n_steps": 32}
+    row = collect_phases.bench_config("CartPole-v1", config, reps=1)
+    assert rollouts.action_sampler is sampler, "the sampler's timing wrapper was left installed"
+    timed = {phase: row["us_per_step"][phase] for phase in collect_phases.PHASES if phase != "rest of the loop"}
+    assert all(value > 0 for value in timed.values()), timed  # each wrapper saw its phase
+    assert sum(timed.values()) < row["us_per_step"]["ours"]
+    assert 0 < row["ours_without_sampling_over_sb3"] < row["ours_over_sb3"]

@@ -102,6 +102,25 @@ def test_the_same_rollouts_as_sb3s_loop_for_every_action_and_observation_space(a
     assert_same_rollouts(model)
 
 
+#: Observations that an MLP policy's actor converts before its first layer, each its own way in the fast sampler.
+MLP_OBSERVATIONS = {
+    "float64": spaces.Box(-1.0, 1.0, (4,), dtype=np.float64),  # MuJoCo's without VecNormalize: cast to float32
+    "matrix": spaces.Box(-1.0, 1.0, (3, 2), dtype=np.float32),  # flattened
+    "image": IMAGE,  # scaled to [0, 1]
+    "discrete": spaces.Discrete(5),  # one-hot
+}
+
+
+@pytest.mark.parametrize("observation", MLP_OBSERVATIONS)
+def test_the_same_rollouts_as_sb3s_loop_for_observations_an_mlp_converts(observation):
+    action = ACTION_SPACES["box"]
+
+    def model():
+        return NPG("MlpPolicy", DummyVecEnv([lambda: _SpacesEnv(MLP_OBSERVATIONS[observation], action)] * 2), **TINY)
+
+    assert_same_rollouts(model)
+
+
 def test_the_same_rollouts_as_sb3s_loop_with_a_box_action_of_two_dimensions():
     matrix_action = spaces.Box(-1.0, 1.0, (2, 2), dtype=np.float32)
 
