@@ -11,11 +11,11 @@ for the same budget: ``--timesteps``, or else the environment's budget in our ``
 budget). Each run is ``rl_zoo3.train`` in a fresh worker process, with the Zoo's ``EvalCallback`` on a separate
 environment (``--eval-episodes`` deterministic episodes every ``--eval-freq`` steps).
 
-Each finished run is appended to ``OUT/runs.jsonl`` at once; a run already there (same algorithm, environment, seed
-and budget) is skipped, so an interrupted matrix resumes where it stopped. A run records its evaluation curve, final
-return (the last evaluation), wall time, the time spent in ``collect_rollouts`` (evaluations excluded), in ``train()``
-and in evaluations, the samples collected, steps per second (of collecting plus training) and the version of every
-installed package.
+Each finished run is appended to ``OUT/runs.jsonl`` at once; a run already there (same algorithm, environment, seed,
+budget, evaluation schedule and hyperparameters) is skipped, so an interrupted matrix resumes where it stopped. A run
+records its evaluation curve, final return (the last evaluation), wall time, the time spent in ``collect_rollouts``
+(evaluations excluded), in ``train()`` and in evaluations, the samples collected, steps per second (of collecting plus
+training) and the version of every installed package.
 """
 
 from __future__ import annotations
@@ -63,9 +63,31 @@ class Job:
     conf: str
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
+    def hyperparams(self) -> dict[str, Any]:
+        """The Zoo entry the run trains with (its file's entry for the environment, with the run's budget)."""
+        return hyperparams_entry(Path(self.conf), self.env_id) | {"n_timesteps": self.timesteps}
+
+    @property
+    def key(self) -> RunKey:
         """What identifies a finished run in the results file."""
-        return (self.algo, self.env_id, self.seed, self.timesteps)
+        return run_key({**asdict(self), "hyperparams": self.hyperparams})
+
+
+#: Algorithm, environment, seed, budget, evaluation schedule and the hyperparameters' JSON.
+RunKey = tuple[str, str, int, int, int, int, str]
+
+
+def run_key(record: dict[str, Any]) -> RunKey:
+    """
+    What makes two runs the same run: a run with other settings or another evaluation schedule is another run (the
+    final evaluation's episodes depend on the evaluations before it), so changing a shipped file or ``--eval-freq``
+    runs the matrix again instead of skipping it.
+
+    :param record: a line of the results file (or a job's fields with its ``hyperparams``)
+    """
+    settings = json.dumps(record["hyperparams"], sort_keys=True)
+    fields = ("algo", "env_id", "seed", "timesteps", "eval_freq", "eval_episodes")
+    return (*(record[field] for field in fields), settings)  # type: ignore[return-value]
 
 
 def default_budget(env_id: str) -> int:
@@ -157,7 +179,7 @@ def run_job(job: Job) -> dict[str, Any]:
     callbacks.evaluate_policy = _timed_evaluation(callbacks.evaluate_policy, timings)
     ALGOS[job.algo] = _timed(ALGOS[job.algo], timings)
     with tempfile.TemporaryDirectory() as folder:
-        entry = hyperparams_entry(Path(job.conf), job.env_id) | {"n_timesteps": job.timesteps}
+        entry = job.hyperparams
         conf = Path(folder) / "hyperparams.yml"
         conf.write_text(yaml.safe_dump({job.env_id: entry}), encoding="utf-8")
         sys.argv = ["train", "--algo", job.algo, "--env", job.env_id, "--seed", str(job.seed), "-f", folder]
@@ -210,7 +232,7 @@ def run_matrix(jobs: list[Job], out: Path, workers: int) -> list[dict[str, Any]]
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / RUNS_FILE
     results = read_jsonl(results_file)
-    done = {(r["algo"], r["env_id"], r["seed"], r["timesteps"]) for r in results}
+    done = {run_key(record) for record in results}
     todo = [job for job in jobs if job.key not in done]
     # A fresh spawned process per run (maxtasksperchild=1): each run edits the Zoo's registry and patches SB3.
     with (

@@ -1,5 +1,6 @@
 """The comparison matrix (benchmarks.compare) and its report (benchmarks.report) on a tiny budget."""
 
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,17 @@ def test_matrix_records_every_run_resumes_and_reports_a_table_and_a_plot(tmp_pat
         == 2
     )
     assert (args.out / "CartPole-v1.png").read_bytes()[:4] == PNG_MAGIC
+
+
+def test_a_run_with_other_settings_or_another_evaluation_schedule_is_not_skipped(tmp_path):
+    args = _args(tmp_path, "0")
+    finished = {compare.run_key({**dataclasses.asdict(job), "hyperparams": job.hyperparams}) for job in compare.plan(args)}
+    assert all(job.key in finished for job in compare.plan(args)), "the same runs are skipped"
+    args.eval_freq = EVAL_FREQ // 2
+    assert not any(job.key in finished for job in compare.plan(args)), "another evaluation schedule"
+    args.eval_freq = EVAL_FREQ
+    (tmp_path / "tiny.yml").write_text(TINY_CONF.replace("n_steps: 64", "n_steps: 32"), encoding="utf-8")
+    assert not any(job.key in finished for job in compare.plan(args)), "the same file with other settings"
 
 
 def _run(algo, seed, final, curve):
