@@ -4,14 +4,20 @@
 
 Writes ``DIR/results.md``: the final return (the last evaluation) as mean +- std over seeds, one row per environment
 and one column per algorithm, the best mean of each row in bold and the RL Zoo's published sb3-contrib TRPO result
-(the RL Zoo's benchmark table) in its own column; then the cost of each run (wall time, steps per second, share of time in
-``train()``). Writes ``DIR/<env id>.png``: the evaluation curves, mean over seeds with a +-1 std band, one line per
-algorithm.
+(the RL Zoo's benchmark table) in its own column; the same as interquartile means with 95% bootstrap confidence
+intervals, and across each group of tasks the IQM of normalized scores (``benchmarks/reliable.py``, with ``rliable``);
+then the cost of each run (wall time, steps per second, share of time in ``train()``) and each seed's result. Writes
+``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95% confidence band, one line per algorithm; and
+``DIR/profile_<group>.png``: the performance profile of each group of tasks that every algorithm shown ran.
+
+Only the runs of each cell's latest protocol are reported (budget, evaluation schedule and settings of the last run
+recorded for that algorithm and environment): runs of a superseded file or schedule stay in ``runs.jsonl`` as history.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -22,7 +28,9 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import numpy as np
 
+from benchmarks import reliable
 from benchmarks.common import PUBLISHED_NOTES, PUBLISHED_TRPO, RUNS_FILE, read_jsonl
+from benchmarks.random_scores import read_random_scores
 
 RESULTS_FILE = "results.md"
 #: The order of the columns; algorithms not listed follow in name order.
@@ -119,12 +127,88 @@ def seeds_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def mean_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Evaluation steps common to every seed, and the mean and std over seeds of the mean return there."""
+#: What a cell's runs share besides the seed: the budget, the evaluation schedule and the settings.
+PROTOCOL_FIELDS = ("timesteps", "eval_freq", "eval_episodes")
+
+
+def _protocol(run: dict[str, Any]) -> tuple[Any, ...]:
+    return (*(run.get(field) for field in PROTOCOL_FIELDS), json.dumps(run.get("hyperparams"), sort_keys=True))
+
+
+def current_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """
+    Per algorithm and environment, the runs of the protocol recorded last (budget, evaluation schedule, settings):
+    runs of a superseded file or schedule stay in ``runs.jsonl`` as history but leave the tables.
+    """
+    latest = {(run["algo"], run["env_id"]): _protocol(run) for run in runs}
+    return [run for run in runs if _protocol(run) == latest[(run["algo"], run["env_id"])]]
+
+
+def _interval(interval: reliable.Interval) -> str:
+    return f"{interval.point:.1f} [{interval.low:.1f}, {interval.high:.1f}]"
+
+
+def iqm_table(runs: list[dict[str, Any]]) -> str:
+    """Final return: IQM over seeds with its 95% bootstrap confidence interval, per environment and algorithm."""
+    algos = _algos(runs)
+    groups = _by(runs, "env_id", "algo")
+    lines = ["| environment | " + " | ".join(algos) + " |", "|---|" + "---|" * len(algos)]
+    for env_id in sorted({run["env_id"] for run in runs}):
+        scores = {a: np.array([[r["final_return"]] for r in groups[(env_id, a)]]) for a in algos if (env_id, a) in groups}
+        intervals = reliable.iqm_intervals(scores)
+        cells = [f"{_interval(intervals[a])} ({len(scores[a])})" if a in intervals else "-" for a in algos]
+        lines.append(f"| {env_id} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _group_scores(runs: list[dict[str, Any]], tasks: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Normalized final returns of the algorithms with runs on every task of ``tasks`` (none without the scales)."""
+    random = read_random_scores()
+    if not all(task in random and task in PUBLISHED_TRPO for task in tasks):
+        return {}
+    return reliable.group_scores(runs, tasks, random, PUBLISHED_TRPO)
+
+
+def aggregate_table(runs: list[dict[str, Any]]) -> str:
+    """Per group of tasks, the IQM of normalized final returns with its 95% confidence interval, per algorithm."""
+    lines = ["| tasks | algorithm | seeds on every task | IQM of normalized final return [95% CI] |", "|---|---|---|---|"]
+    for group, tasks in reliable.TASK_GROUPS.items():
+        scores = _group_scores(runs, tasks)
+        for algo, interval in reliable.iqm_intervals(scores).items() if scores else []:
+            lines.append(f"| {group} ({', '.join(tasks)}) | {algo} | {len(scores[algo])} | {interval.point:.2f} "
+                         f"[{interval.low:.2f}, {interval.high:.2f}] |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot_profiles(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """Per group of tasks with scores, its performance profile: the fraction of runs above each normalized score."""
+    paths = []
+    for group, tasks in reliable.TASK_GROUPS.items():
+        scores = _group_scores(runs, tasks)
+        if not scores:
+            continue
+        taus, fractions, bands = reliable.performance_profiles(scores)
+        figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
+        for index, algo in enumerate(scores):
+            style = LINE_STYLES[index % len(LINE_STYLES)]
+            axes.plot(taus, fractions[algo], style, label=f"{algo} ({len(scores[algo])} seeds)")
+            axes.fill_between(taus, bands[algo][0], bands[algo][1], alpha=BAND_ALPHA)
+        axes.set_title(f"Performance profile, {group}")
+        axes.set_xlabel("normalized final return tau (0: random policy, 1: RL Zoo TRPO published)")
+        axes.set_ylabel("fraction of runs with score > tau")
+        axes.legend()
+        figure.tight_layout()
+        paths.append(folder / f"profile_{group.replace(' ', '_')}.png")
+        figure.savefig(paths[-1])
+        plt.close(figure)
+    return paths
+
+
+def common_curves(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Evaluation steps common to every seed, and each seed's mean evaluation return there (seeds x steps)."""
     curves = [{step: value for step, value, _ in row["curve"]} for row in rows]
     steps = np.array(sorted(set.intersection(*(set(curve) for curve in curves))))
-    values = np.array([[curve[step] for step in steps] for curve in curves])
-    return steps, values.mean(axis=0), values.std(axis=0)
+    return steps, np.array([[curve[step] for step in steps] for curve in curves])
 
 
 def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
@@ -133,14 +217,15 @@ def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
     groups = _by(runs, "algo")
     for index, algo in enumerate(_algos(runs)):
         rows = groups[(algo,)]
-        steps, mean, std = mean_curve(rows)
-        axes.plot(steps, mean, LINE_STYLES[index % len(LINE_STYLES)], label=f"{algo} ({len(rows)} seeds)")
-        axes.fill_between(steps, mean - std, mean + std, alpha=BAND_ALPHA)
+        steps, curves = common_curves(rows)
+        iqm, low, high = reliable.iqm_curve(curves)
+        axes.plot(steps, iqm, LINE_STYLES[index % len(LINE_STYLES)], label=f"{algo} ({len(rows)} seeds)")
+        axes.fill_between(steps, low, high, alpha=BAND_ALPHA)
     if env_id in PUBLISHED_TRPO:
         axes.axhline(PUBLISHED_TRPO[env_id], color="gray", linestyle="--", linewidth=1, label="RL Zoo TRPO (published)")
     axes.set_title(env_id)
     axes.set_xlabel("environment steps")
-    axes.set_ylabel("mean evaluation return (deterministic)")
+    axes.set_ylabel("evaluation return, IQM over seeds, 95% CI")
     axes.legend()
     figure.tight_layout()
     figure.savefig(path)
@@ -149,15 +234,18 @@ def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
 
 def write_report(folder: Path) -> Path:
     """``results.md`` and one PNG per environment from ``folder/runs.jsonl``; returns the markdown file."""
-    runs = read_jsonl(folder / RUNS_FILE)
+    runs = current_runs(read_jsonl(folder / RUNS_FILE))
     if not runs:
         raise ValueError(f"no runs in {folder / RUNS_FILE}: run python -m benchmarks.compare --out {folder} first")
     for env_id, rows in _by(runs, "env_id").items():
         plot_env(env_id[0], rows, folder / f"{env_id[0]}.png")
+    plot_profiles(runs, folder)
     report = folder / RESULTS_FILE
     report.write_text(
         "# Final return (last evaluation), mean +- std over seeds (number of seeds)\n\n"
-        f"{returns_table(runs)}\n\n# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
+        f"{returns_table(runs)}\n\n# Final return, IQM over seeds [95% stratified bootstrap CI] (seeds)\n\n"
+        f"{iqm_table(runs)}\n\n# Across tasks: normalized final return (0: random policy, 1: RL Zoo TRPO published)\n\n"
+        f"{aggregate_table(runs)}\n\n# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
         f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n",
         encoding="utf-8",
     )
@@ -167,11 +255,17 @@ def write_report(folder: Path) -> Path:
 def update_docs(paths: list[Path], folder: Path) -> None:
     """
     Replace the tables between ``<!-- compare:RETURNS -->`` / ``<!-- /compare:RETURNS -->`` (and the same for
-    ``COST`` and ``SEEDS``) in each markdown file by the tables of ``folder``'s runs; a file without a marker pair
-    is left as is.
+    ``IQM``, ``AGGREGATE``, ``COST`` and ``SEEDS``) in each markdown file by the tables of ``folder``'s runs; a file
+    without a marker pair is left as is.
     """
-    runs = read_jsonl(folder / RUNS_FILE)
-    tables = {"RETURNS": returns_table(runs), "COST": cost_table(runs), "SEEDS": seeds_table(runs)}
+    runs = current_runs(read_jsonl(folder / RUNS_FILE))
+    tables = {
+        "RETURNS": returns_table(runs),
+        "IQM": iqm_table(runs),
+        "AGGREGATE": aggregate_table(runs),
+        "COST": cost_table(runs),
+        "SEEDS": seeds_table(runs),
+    }
     for path in paths:
         text = path.read_text(encoding="utf-8")
         for name, table in tables.items():

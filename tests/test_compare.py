@@ -3,9 +3,10 @@
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
-from benchmarks import compare, report
+from benchmarks import compare, reliable, report
 
 TINY_CONF = """CartPole-v1:
   n_envs: 1
@@ -104,9 +105,9 @@ def test_returns_table_bolds_the_best_mean_and_curves_keep_the_steps_every_seed_
     ]
     row = report.returns_table(runs).splitlines()[2]
     assert row == "| Pendulum-v1 | 1,000 | **-155.0 +- 7.1 (2)** | -250.0 +- 70.7 (2) | -175 |"  # npg before ppo
-    steps, mean, std = report.mean_curve([r for r in runs if r["algo"] == "npg"])
+    steps, curves = report.common_curves([r for r in runs if r["algo"] == "npg"])
     assert steps.tolist() == [500, 1000]
-    assert mean.tolist() == [-500.0, -155.0] and std.tolist() == [100.0, 5.0]
+    assert curves.tolist() == [[-400.0, -150.0], [-600.0, -160.0]]
     assert "| Pendulum-v1 | npg | 2 | 2.0 | 500 | 1.0 | 0.5 | 0.5 | 33% |" in report.cost_table(runs)
 
 
@@ -147,3 +148,43 @@ def test_update_docs_refreshes_only_the_marked_tables(tmp_path):
     assert "| Pendulum-v1 | 1,000 | **-150.0 +- 0.0 (1)** | -200.0 +- 0.0 (1) |" in text and text.endswith("outro\n")
     assert "| Pendulum-v1 | trpo | 0: -200.0 | -200.0 |" in text  # the per-seed table
     assert untouched.read_text(encoding="utf-8") == "no markers\n"
+
+
+def test_iqm_table_gives_the_interquartile_mean_of_the_seeds_inside_its_bootstrap_interval():
+    finals = [10.0, 20.0, 30.0, 40.0, 1000.0, -1000.0, 25.0, 35.0]  # IQM: the mean of the middle four
+    runs = [_run("npg", seed, final, [[1000, final, 0.0]]) for seed, final in enumerate(finals)]
+    cell = report.iqm_table(runs).splitlines()[2].split(" | ")[1].rstrip(" |")
+    numbers = cell.split(" (")[0].replace("[", "").replace("]", "").replace(",", "")
+    point, low, high = (float(value) for value in numbers.split())
+    assert point == pytest.approx((20.0 + 25.0 + 30.0 + 35.0) / 4, abs=0.05)
+    assert low < point < high and high - low < 2000, "an interval that ignores the outliers' trimming"
+    assert cell.endswith("(8)")
+
+
+def test_aggregate_normalizes_by_the_random_and_the_published_score_over_the_seeds_every_task_has():
+    tasks = ("A-v0", "B-v0")
+    runs = [
+        {"algo": "npg", "env_id": "A-v0", "seed": 0, "final_return": 10.0},
+        {"algo": "npg", "env_id": "A-v0", "seed": 1, "final_return": 20.0},
+        {"algo": "npg", "env_id": "B-v0", "seed": 1, "final_return": 5.0},  # seed 0 missing on B: seed 1 only
+        {"algo": "ppo", "env_id": "A-v0", "seed": 0, "final_return": 10.0},  # no run on B: not aggregated
+    ]
+    scores = reliable.group_scores(runs, tasks, {"A-v0": 0.0, "B-v0": -5.0}, {"A-v0": 40.0, "B-v0": 15.0})
+    assert list(scores) == ["npg"]
+    assert scores["npg"].tolist() == [[0.5, 0.5]]
+
+
+def test_current_runs_keeps_each_cells_latest_protocol():
+    old = {**_run("npg", 0, 1.0, []), "eval_freq": 100, "hyperparams": {"n_steps": 64}}
+    new = [{**_run("npg", seed, 2.0, []), "eval_freq": 50, "hyperparams": {"n_steps": 64}} for seed in (0, 1)]
+    other = {**_run("ppo", 0, 3.0, []), "eval_freq": 100, "hyperparams": {"n_steps": 8}}
+    assert report.current_runs([old, *new, other]) == [*new, other]
+
+
+def test_iqm_curve_is_rliables_iqm_at_each_evaluation_inside_its_band():
+    from rliable import metrics
+
+    curves = np.array([[0.0, 10.0, 50.0], [1.0, 12.0, 40.0], [2.0, 14.0, -900.0], [3.0, 16.0, 45.0], [4.0, 90.0, 48.0]])
+    iqm, low, high = reliable.iqm_curve(curves)
+    assert iqm == pytest.approx([metrics.aggregate_iqm(curves[:, [step]]) for step in range(3)])
+    assert (low <= iqm).all() and (iqm <= high).all()
