@@ -5,12 +5,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule
 from torch import nn
 
 from sb3_npg import NPG, TRPO
 from gymnasium import spaces
 
+from sb3_npg.common import actor_update
 from sb3_npg.common.batches import normalized_advantages, policy_sample, rollout_tensors, select_rows
 from sb3_npg.common.distributed import Reducer
 from sb3_npg.common.distributions import frozen_distribution, mean_kl
@@ -289,3 +292,82 @@ def test_the_natural_step_does_not_depend_on_the_reward_scale(algo, scale):
     step, scaled_step = get_flat_params(reference.actor_parameters) - start, get_flat_params(scaled.actor_parameters) - start
     # The same step up to float32 rounding (the iteration counts may differ by one or two near the tolerance).
     assert float((scaled_step - step).norm() / step.norm()) < 1e-4
+
+
+# ------------------------------------------------------------------ target_kl as a schedule of the remaining progress
+
+#: The KL radius falls from 0.04 at the start of training to 0.01 at its end.
+RADIUS_SCHEDULE = LinearSchedule(0.04, 0.01, end_fraction=1.0)
+#: Four updates of 64 samples run at these remaining progresses (SB3 updates it after each rollout).
+FOUR_UPDATES = {"n_steps": 64, "batch_size": 64}
+FOUR_PROGRESSES = (0.75, 0.5, 0.25, 0.0)
+
+
+def _learn_four_updates(algo, tmp_path, target_kl):
+    """Four updates on Pendulum; the radius each natural step was solved with, and ``train/target_kl`` of each."""
+    radii, logged = [], []
+    propose = actor_update.propose_step
+
+    def spy(surrogate, params, fisher, mean, settings, *rest):
+        radii.append(settings.target_kl)
+        return propose(surrogate, params, fisher, mean, settings, *rest)
+
+    model = algo("MlpPolicy", "Pendulum-v1", target_kl=target_kl, **{**TINY, **FOUR_UPDATES})
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    record = model.logger.record
+
+    def recorded(key, value, exclude=None):
+        if key == "train/target_kl":
+            logged.append(value)
+        record(key, value, exclude)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(actor_update, "propose_step", spy)
+        patch.setattr(model.logger, "record", recorded)
+        model.learn(len(FOUR_PROGRESSES) * FOUR_UPDATES["n_steps"])
+    return model, radii, logged
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_a_target_kl_schedule_sets_the_radius_of_each_update_and_the_log_says_which(algo, tmp_path):
+    model, radii, logged = _learn_four_updates(algo, tmp_path, RADIUS_SCHEDULE)
+    expected = [RADIUS_SCHEDULE(progress) for progress in FOUR_PROGRESSES]  # 0.0325, 0.025, 0.0175, 0.01
+    assert radii == pytest.approx(expected)
+    assert logged == pytest.approx(expected)
+    assert model.target_kl is RADIUS_SCHEDULE  # kept as given, for save and load
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_a_float_target_kl_is_the_same_radius_at_every_update_as_before(algo, tmp_path):
+    model, radii, logged = _learn_four_updates(algo, tmp_path / "float", 0.02)
+    assert model.target_kl == 0.02 and isinstance(model.target_kl, float)
+    assert radii == logged == [0.02] * len(FOUR_PROGRESSES)
+    constant, _, _ = _learn_four_updates(algo, tmp_path / "constant", ConstantSchedule(0.02))
+    assert torch.equal(get_flat_params(constant.policy.parameters()), get_flat_params(model.policy.parameters()))
+
+
+@pytest.mark.parametrize(("progress", "radius"), [(1.0, 1.5e-3), (0.25, 0.75e-3)])
+def test_npg_step_lands_at_the_schedules_radius_at_the_current_progress(progress, radius):
+    model = filled(NPG, "CartPole-v1", target_kl=lambda remaining: 1e-3 * (0.5 + remaining), **EXACT_CG)
+    model._current_progress_remaining = progress
+    model.train()
+    assert logged(model, "target_kl") == pytest.approx(radius)
+    assert logged(model, "kl_divergence") == pytest.approx(radius, rel=0.15)
+
+
+def test_trpo_accepts_a_candidate_within_the_schedules_radius_at_the_current_progress():
+    model = TRPO("MlpPolicy", "CartPole-v1", target_kl=lambda remaining: 0.25 * remaining, **TINY)
+    model._current_progress_remaining = 0.5
+    outcome = model._accept_step(_Proposal1D().proposal)
+    # Radius 0.125: 0.8**(2k) <= 0.125 first at k = 5 (at the start of training, radius 0.25, it was k = 4).
+    assert outcome.fraction == pytest.approx(0.8**5)
+    assert outcome.kl <= 0.125
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+@pytest.mark.parametrize("value", [0.0, -0.01, math.nan, math.inf])
+def test_a_schedule_value_that_is_not_a_positive_finite_number_stops_training_naming_target_kl(algo, value):
+    model = algo("MlpPolicy", "Pendulum-v1", target_kl=lambda remaining: 0.01 if remaining > 0.5 else value, **TINY)
+    with pytest.raises(ValueError, match=r"`target_kl`.* gives .* at progress_remaining=0\.5"):
+        model.learn(4 * TINY["n_steps"])
+    assert model._n_updates == 1  # the second update (at progress 0.5) stopped before its natural step

@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from stable_baselines3.common.utils import LinearSchedule
 
 from sb3_npg import NPG, TRPO
 
@@ -64,6 +65,10 @@ def _bool_option():
     return st.booleans(), st.integers(0, 1) | st.floats(0, 1) | st.sampled_from(["True", "no"])
 
 
+_target_kl_numbers, _target_kl_invalid = _float_option(0.0, math.inf, exclude_low=True, sample_high=1.0)
+#: ``target_kl`` may be a schedule of the remaining progress, > 0 at every progress (the last update's, 0, included).
+_target_kl_schedules = st.sampled_from([LinearSchedule(0.05, 0.005, end_fraction=1.0), lambda progress: 0.01 * (1 + progress)])
+
 OPTIONS = {
     "learning_rate": (
         st.floats(1e-6, 1.0) | st.just(lambda progress: 1e-3 * progress),
@@ -77,7 +82,7 @@ OPTIONS = {
     "cg_damping": _float_option(0.0, math.inf, sample_high=10.0),
     "n_critic_updates": _int_option(0, 3, 0),
     "normalize_advantage": _bool_option(),
-    "target_kl": _float_option(0.0, math.inf, exclude_low=True, sample_high=1.0),
+    "target_kl": (_target_kl_numbers | _target_kl_schedules, _target_kl_invalid),
     "sub_sampling_factor": _int_option(1, 6, 1),
     "stats_window_size": _int_option(1, 500, 1),
     "max_grad_norm": (

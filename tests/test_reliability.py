@@ -17,6 +17,7 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import sb3_npg.common.natural_step as natural_step
@@ -24,7 +25,7 @@ from sb3_npg import NPG, TRPO
 from sb3_npg.common import NonFiniteParametersError
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.natural_gradient import get_flat_params
-from sb3_npg.common.persistence import FORMAT_KEY, FORMAT_VERSION
+from sb3_npg.common.persistence import FORMAT_KEY, FORMAT_VERSION, ScaledSchedule, convert_sb3_contrib_trpo
 
 TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
 
@@ -232,6 +233,39 @@ def test_a_loaded_model_makes_the_same_update_as_the_one_that_saved_it(algo, tmp
     np.random.set_state(state)
     loaded.train()
     assert torch.equal(parameters(loaded), parameters(model))
+
+
+#: Two forms of one target_kl schedule, 0.04 at the start of training to 0.01 at its end: SB3's class, and a closure
+#: (which SB3's save embeds with cloudpickle).
+TARGET_KL_SCHEDULES = [LinearSchedule(0.04, 0.01, end_fraction=1.0), lambda remaining: 0.01 + 0.03 * remaining]
+
+
+@pytest.mark.parametrize("schedule", TARGET_KL_SCHEDULES, ids=["LinearSchedule", "lambda"])
+def test_a_target_kl_schedule_survives_save_and_load_and_keeps_training(algo, schedule, tmp_path):
+    model = algo("MlpPolicy", "Pendulum-v1", target_kl=schedule, **TINY)
+    model.learn(2 * TINY["n_steps"])
+    model.save(tmp_path / "model")
+    loaded = algo.load(tmp_path / "model", env=make_vec_env("Pendulum-v1", n_envs=1, seed=0), device="cpu")
+    progresses = (1.0, 0.6, 0.0)
+    assert callable(loaded.target_kl)
+    assert [loaded.target_kl_schedule(p) for p in progresses] == pytest.approx([schedule(p) for p in progresses])
+    # Two more updates, at remaining progress 0.25 and 0 of the four in all: the last uses the schedule's end.
+    loaded.learn(2 * TINY["n_steps"], reset_num_timesteps=False)
+    assert loaded.num_timesteps == 4 * TINY["n_steps"]
+    assert loaded.logger.name_to_value["train/target_kl"] == pytest.approx(0.01)
+
+
+def test_an_sb3_contrib_conversion_scales_a_target_kl_schedule_and_the_result_saves(tmp_path):
+    from tests.test_integration import VECTOR, _SpacesEnv
+
+    env = DummyVecEnv([lambda: _SpacesEnv(VECTOR, spaces.Box(-1.0, 1.0, (3,), np.float32))])
+    model = TRPO("MlpPolicy", env, target_kl=TARGET_KL_SCHEDULES[0], **TINY)
+    with pytest.warns(UserWarning, match=r"target_kl LinearSchedule\(.*\) -> ScaledSchedule\(.*scale=3\)"):
+        convert_sb3_contrib_trpo(model, "contrib.zip")
+    assert isinstance(model.target_kl, ScaledSchedule)
+    assert [model.target_kl_schedule(p) for p in (1.0, 0.0)] == pytest.approx([0.12, 0.03])  # 3 action dimensions
+    model.save(tmp_path / "converted")
+    assert TRPO.load(tmp_path / "converted", env=env).target_kl_schedule(1.0) == pytest.approx(0.12)
 
 
 # ------------------------------------------------------------------------------------------------- interruption

@@ -3,16 +3,20 @@
 import importlib.metadata
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import gymnasium as gym
 import optuna
 import pytest
 import sb3_contrib
 from rl_zoo3 import hyperparams_opt, utils
+from rl_zoo3.exp_manager import ExperimentManager
+from stable_baselines3.common.utils import LinearSchedule
 
 from sb3_npg import NPG, TRPO
 from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path, register
 from sb3_npg.zoo.cli import SCRIPTS, SUMMARIES, USAGE_ERROR, main, through_this_cli, with_default_config
+from sb3_npg.zoo.registry import _converting_target_kl, zoo_target_kl
 from sb3_npg.zoo.samplers import SAMPLERS
 
 ZOO_NAMES = list(ZOO_ALGOS)
@@ -28,6 +32,7 @@ def registered():
 
 def test_register_is_idempotent_and_leaves_sb3_contrib_trpo_alone():
     register()
+    preprocess = ExperimentManager._preprocess_hyperparams
     snapshot = (dict(utils.ALGOS), dict(hyperparams_opt.HYPERPARAMS_SAMPLER), dict(hyperparams_opt.HYPERPARAMS_CONVERTER))
     register()
     assert (
@@ -35,6 +40,7 @@ def test_register_is_idempotent_and_leaves_sb3_contrib_trpo_alone():
         dict(hyperparams_opt.HYPERPARAMS_SAMPLER),
         dict(hyperparams_opt.HYPERPARAMS_CONVERTER),
     ) == snapshot
+    assert ExperimentManager._preprocess_hyperparams is preprocess  # wrapped once, for target_kl schedules
     assert utils.ALGOS["npg"] is NPG and utils.ALGOS["npg_trpo"] is TRPO
     assert utils.ALGOS["trpo"] is sb3_contrib.TRPO
     assert hyperparams_opt.HYPERPARAMS_SAMPLER["trpo"] is hyperparams_opt.sample_trpo_params
@@ -195,3 +201,56 @@ def test_fast_settings_through_the_zoos_params_flag_as_the_docs_quote_it(tmp_pat
     main(["train", "--algo", "npg_trpo", "--env", "Pendulum-v1", "-n", "128", "-f", str(logs), *TINY_PARAMS, *fast])
     saved = TRPO.load(logs / "npg_trpo" / "Pendulum-v1_1" / "Pendulum-v1.zip")
     assert {key: getattr(saved, key) for key in FAST_SETTINGS} == dict(FAST_SETTINGS)
+
+
+# ------------------------------------------------------------------ target_kl schedules in hyperparameter files
+
+#: A Pendulum entry of four updates whose KL radius is a Zoo schedule string.
+SCHEDULED_TARGET_KL_FILE = """\
+Pendulum-v1:
+  n_timesteps: 256
+  policy: 'MlpPolicy'
+  n_steps: 64
+  batch_size: 64
+  target_kl: lin_0.03
+  policy_kwargs: "dict(net_arch=[16])"
+"""
+
+
+@pytest.mark.parametrize("algo", ZOO_NAMES)
+def test_a_hyperparameter_file_with_a_target_kl_schedule_string_trains(algo, tmp_path):
+    conf, logs = tmp_path / "scheduled.yml", tmp_path / "logs"
+    conf.write_text(SCHEDULED_TARGET_KL_FILE)
+    main(["train", "--algo", algo, "--env", "Pendulum-v1", "-f", str(logs), "--seed", "0", "-conf", str(conf)])
+    saved = ZOO_ALGOS[algo].load(logs / algo / "Pendulum-v1_1" / "Pendulum-v1.zip")
+    assert saved.num_timesteps == 256 and saved._current_progress_remaining == 0.0
+    # From 0.03 at the first update to a tenth of it at the last one (the Zoo's own lin_ schedules reach 0 there).
+    assert isinstance(saved.target_kl, LinearSchedule)
+    assert [saved.target_kl_schedule(p) for p in (1.0, 0.5, 0.0)] == pytest.approx([0.03, 0.0165, 0.003])
+
+
+@pytest.mark.parametrize(
+    ("value", "ends"), [("lin_0.03", (0.03, 0.003)), ("lin_3e-2", (0.03, 0.003)), ("lin_0.03_0.01", (0.03, 0.01))]
+)
+def test_zoo_target_kl_strings_are_linear_schedules_from_start_to_end(value, ends):
+    schedule = zoo_target_kl(value)
+    assert isinstance(schedule, LinearSchedule)
+    assert (schedule(1.0), schedule(0.0), schedule(-0.1)) == pytest.approx((*ends, ends[1]))
+
+
+@pytest.mark.parametrize(
+    "value", ["0.03", "exp_0.03", "lin_", "lin_x", "lin_0", "lin_0.03_0", "lin_0.03_-1", "lin_1_2_3", "lin_nan"]
+)
+def test_zoo_target_kl_refuses_other_strings_naming_the_option(value):
+    with pytest.raises(ValueError, match=f"Invalid value for target_kl: {value!r}"):
+        zoo_target_kl(value)
+
+
+def test_only_our_algorithms_target_kl_strings_are_converted():
+    assert zoo_target_kl(0.02) == 0.02  # numbers (and schedules from Python configs) pass unchanged
+    preprocess = _converting_target_kl(lambda manager, hyperparams: hyperparams)
+    hyperparams = {"target_kl": "lin_0.03", "n_steps": 64}
+    for name in ZOO_NAMES:
+        assert isinstance(preprocess(SimpleNamespace(algo=name), hyperparams)["target_kl"], LinearSchedule)
+    assert preprocess(SimpleNamespace(algo="trpo"), hyperparams) == hyperparams  # sb3-contrib's TRPO: untouched
+    assert hyperparams["target_kl"] == "lin_0.03"  # the Zoo's dict (saved to config.yml) keeps the string

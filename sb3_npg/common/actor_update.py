@@ -22,6 +22,8 @@ from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.utils import FloatSchedule
 
 from sb3_npg.common.batches import (
     PolicyBatch,
@@ -51,6 +53,7 @@ from sb3_npg.common.natural_step import (
     surrogate_and_kl,
 )
 from sb3_npg.common.stats import WeightedMeans
+from sb3_npg.common.validation import scheduled_value
 
 
 class ActorUpdate(BaseAlgorithm):
@@ -65,7 +68,7 @@ class ActorUpdate(BaseAlgorithm):
     _reducer: Reducer
     _n_updates: int
     event_counts: dict[str, int]
-    target_kl: float
+    target_kl: float | Schedule
     cg_max_steps: int
     cg_residual_tol: float
     cg_damping: float
@@ -84,6 +87,15 @@ class ActorUpdate(BaseAlgorithm):
     def skipped_steps(self) -> int:
         """How many natural steps were refused since the start of training (the parameters stayed as they were)."""
         return sum(self.event_counts.get(event, 0) for event in REFUSED_STEP_EVENTS)
+
+    @property
+    def target_kl_schedule(self) -> Schedule:
+        """``target_kl`` as a function of the remaining progress (SB3's ``FloatSchedule``: a float is a constant)."""
+        return FloatSchedule(self.target_kl)
+
+    def current_target_kl(self) -> float:
+        """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, > 0 and finite."""
+        return scheduled_value("target_kl", self.target_kl_schedule, self._current_progress_remaining)
 
     def policy_objective(self, batch: PolicyBatch, distribution: Distribution, behaviour: Distribution) -> PolicyObjective:
         """
@@ -155,7 +167,7 @@ class ActorUpdate(BaseAlgorithm):
         if entropy is not None:
             stats.add(batch.size, entropy=entropy.mean().detach())
         fisher = self._fisher_product(batch, distribution, frozen)
-        settings = SolverSettings(self.cg_max_steps, self.cg_residual_tol, self.target_kl)
+        settings = SolverSettings(self.cg_max_steps, self.cg_residual_tol, self.current_target_kl())
         measure = partial(self._measure, region)
         try:
             proposal = propose_step(

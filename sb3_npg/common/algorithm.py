@@ -59,7 +59,6 @@ from sb3_npg.common.validation import (
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     OPTIONAL_POSITIVE_INT,
-    POSITIVE,
     POSITIVE_INT,
     UNIT_INTERVAL,
     ConfigurationError,
@@ -67,9 +66,9 @@ from sb3_npg.common.validation import (
     check_bool,
     check_choice,
     check_integer,
-    check_learning_rate,
     check_optional_float,
     check_options,
+    check_positive_or_schedule,
 )
 from sb3_npg.common.vec_normalize_sync import Moments
 
@@ -93,7 +92,15 @@ ALWAYS_LOGGED_KEYS = (
 #: (returns, KL, entropy, improvement, step fraction, value loss); TensorBoard, CSV and JSON get every key.
 #: Event counters and ``skipped_steps`` reach stdout only when they are not zero.
 NOT_ON_STDOUT = frozenset(
-    {"policy_objective", "expected_improvement", "cg_iterations", "cg_residual", "value_grad_norm", "line_search_last_kl"}
+    {
+        "policy_objective",
+        "expected_improvement",
+        "cg_iterations",
+        "cg_residual",
+        "value_grad_norm",
+        "line_search_last_kl",
+        "target_kl",
+    }
 )
 #: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
 FISHER_PRODUCTS = ("analytic", "autograd")
@@ -159,7 +166,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         rollout_buffer_class: type[RolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
         normalize_advantage: bool = True,
-        target_kl: float = 0.01,
+        target_kl: float | Schedule = 0.01,
         sub_sampling_factor: int = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -232,7 +239,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
     def _option_checks(self) -> dict[str, OptionCheck]:
         """Each option's check, in the order they run (a subclass adds its own options' checks)."""
         return {
-            "learning_rate": check_learning_rate,
+            "learning_rate": check_positive_or_schedule,
             "n_steps": POSITIVE_INT,
             "batch_size": POSITIVE_INT,
             "gamma": UNIT_INTERVAL,
@@ -241,7 +248,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "cg_damping": NON_NEGATIVE,
             "cg_residual_tol": NON_NEGATIVE,
             "n_critic_updates": NON_NEGATIVE_INT,
-            "target_kl": POSITIVE,
+            "target_kl": check_positive_or_schedule,
             "sub_sampling_factor": POSITIVE_INT,
             "max_grad_norm": check_optional_float,
             "policy_batch_size": OPTIONAL_POSITIVE_INT,
@@ -366,6 +373,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
     def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
         """One record per update: every key of ``docs/design.md``'s diagnostics."""
         means = {key: math.nan for key in ALWAYS_LOGGED_KEYS} | policy_means | critic_means
+        means["target_kl"] = self.current_target_kl()  # the radius this update used (a schedule's value now)
         for key, value in means.items():
             self.logger.record(f"train/{key}", value, exclude="stdout" if key in NOT_ON_STDOUT else None)
         values = self.rollout_buffer.values.flatten()

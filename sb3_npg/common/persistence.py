@@ -16,7 +16,7 @@ import pathlib
 import zipfile
 import inspect
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -295,24 +295,53 @@ def kl_components(action_space: spaces.Space) -> int:
     return 1
 
 
+class ScaledSchedule:
+    """
+    A schedule of the remaining progress multiplied by a constant (a class, so that a model holding one saves).
+
+    :param schedule: the schedule to scale
+    :param scale: the factor
+    """
+
+    def __init__(self, schedule: Callable[[float], float], scale: float):
+        self.schedule, self.scale = schedule, scale
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.scale * self.schedule(progress_remaining)
+
+    def __repr__(self) -> str:
+        return f"ScaledSchedule({self.schedule!r}, scale={self.scale:g})"
+
+
+def _scaled(value: Any, scale: int) -> Any:
+    """``scale * value`` for a number; a :class:`ScaledSchedule` for a schedule."""
+    return ScaledSchedule(value, scale) if callable(value) else scale * value
+
+
+def _shown(value: Any) -> str:
+    """A number in short form (``0.01``), a schedule by its ``repr``."""
+    return repr(value) if callable(value) else f"{value:g}"
+
+
 def convert_sb3_contrib_trpo(model: BaseAlgorithm, path: PathLike) -> None:
     """
     Make a model loaded from an sb3-contrib TRPO file continue as sb3-contrib's would, and say what changed.
 
     The policy weights are sb3-contrib's. The critic's optimizer starts fresh: sb3-contrib's covers every parameter,
-    ours the critic's only. ``target_kl`` and ``cg_damping`` are multiplied by :func:`kl_components`, which poses
-    the same trust region and the same conjugate-gradient problem with our summed KL. sb3-contrib saves
-    ``max_grad_norm=0``, so the critic stays unclipped, as it was.
+    ours the critic's only. ``target_kl`` (a number, or a schedule given to ``load``) and ``cg_damping`` are
+    multiplied by :func:`kl_components`, which poses the same trust region and the same conjugate-gradient problem
+    with our summed KL. sb3-contrib saves ``max_grad_norm=0``, so the critic stays unclipped, as it was.
     """
     scale = kl_components(model.action_space)
     old_target, old_damping = model.target_kl, model.cg_damping  # type: ignore[attr-defined]
-    new_target, new_damping = scale * old_target, scale * old_damping
+    new_target, new_damping = _scaled(old_target, scale), scale * old_damping
     model.target_kl, model.cg_damping = new_target, new_damping  # type: ignore[attr-defined]
     warnings.warn(
         f"{path} was saved by sb3-contrib's TRPO and converted: its policy weights are loaded and the critic's "
         "optimizer starts fresh (sb3-contrib's covers every parameter, ours the critic's only). sb3-contrib averages "
-        f"the KL over the {scale} action component(s) where we sum it, so target_kl {old_target:g} -> {new_target:g} "
-        f"and cg_damping {old_damping:g} -> {new_damping:g} keep its trust region; max_grad_norm stays as saved "
+        f"the KL over the {scale} action component(s) where we sum it, so target_kl {_shown(old_target)} -> "
+        f"{_shown(new_target)} and cg_damping {old_damping:g} -> {new_damping:g} keep its trust region; "
+        "max_grad_norm stays as saved "
         f"({model.max_grad_norm!r}: no clip).",  # type: ignore[attr-defined]
         UserWarning,
         stacklevel=3,

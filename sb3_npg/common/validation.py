@@ -87,15 +87,34 @@ def check_optional_float(name: str, value: Any) -> None:
         raise ConfigurationError(f"`{name}` must be None or a number (<= 0 disables it), got {value!r}")
 
 
-def check_learning_rate(name: str, value: Any) -> None:
+def check_positive_or_schedule(name: str, value: Any) -> None:
     """
-    Require a positive finite learning rate, or a schedule (a callable of the remaining progress).
+    Require a positive finite number, or a schedule (a callable of the remaining progress, whose values
+    :func:`scheduled_value` checks when they are used).
 
     :param name: the option's name, quoted in the error
     :param value: the value given
     """
     if not callable(value):
         check_float(name, value, 0.0, low_inclusive=False)
+
+
+def scheduled_value(name: str, schedule: Callable[[float], float], progress_remaining: float) -> float:
+    """
+    The value of an option's schedule at the remaining progress, required positive and finite.
+
+    :param name: the option's name, quoted in the error
+    :param schedule: the option's schedule (SB3's ``FloatSchedule`` of the value given)
+    :param progress_remaining: the remaining progress, from 1 at the start of training to 0 at its end
+    :return: the schedule's value
+    """
+    value = schedule(progress_remaining)
+    if not (_is_real(value) and math.isfinite(value) and value > 0):
+        raise ConfigurationError(
+            f"`{name}` must be a finite number > 0 at every remaining progress, but its schedule gives {value!r} "
+            f"at progress_remaining={progress_remaining:g}"
+        )
+    return value
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -50,7 +50,9 @@ class NPG(NaturalPolicyGradient):
     :param rollout_buffer_kwargs: Keyword arguments of the rollout buffer
     :param normalize_advantage: Whether to normalize the advantages over the rollout
     :param target_kl: The KL radius of each natural step, > 0: the step is scaled so that the quadratic model
-        of the KL from the old policy equals it. The KL is the true KL of the joint action distribution, summed
+        of the KL from the old policy equals it. It can be a function of the remaining progress (from 1 to 0), such
+        as SB3's ``LinearSchedule(0.03, 0.003, 1.0)``: each update uses its value then, which must be > 0 and finite
+        (``train/target_kl`` logs it). The KL is the true KL of the joint action distribution, summed
         over action dimensions (sb3-contrib's TRPO averages it over them, so its ``target_kl`` on a d-dimensional
         Box is d times looser)
     :param sub_sampling_factor: Use every n-th sample of the rollout for the whole policy update (gradient,

@@ -63,7 +63,9 @@ class TRPO(NaturalPolicyGradient):
     :param rollout_buffer_kwargs: Keyword arguments of the rollout buffer
     :param normalize_advantage: Whether to normalize the advantages over the rollout
     :param target_kl: The KL radius of each natural step, > 0: the step is scaled so that the quadratic model
-        of the KL from the old policy equals it. The KL is the true KL of the joint action distribution, summed
+        of the KL from the old policy equals it. It can be a function of the remaining progress (from 1 to 0), such
+        as SB3's ``LinearSchedule(0.03, 0.003, 1.0)``: each update uses its value then, which must be > 0 and finite
+        (``train/target_kl`` logs it). The KL is the true KL of the joint action distribution, summed
         over action dimensions (sb3-contrib's TRPO averages it over them, so its ``target_kl`` on a d-dimensional
         Box is d times looser)
     :param sub_sampling_factor: Use every n-th sample of the rollout for the whole policy update (gradient,
@@ -142,7 +144,7 @@ class TRPO(NaturalPolicyGradient):
         rollout_buffer_class: type[RolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
         normalize_advantage: bool = True,
-        target_kl: float = 0.01,
+        target_kl: float | Schedule = 0.01,
         sub_sampling_factor: int = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -211,15 +213,16 @@ class TRPO(NaturalPolicyGradient):
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
         """
         Backtracking line search: try ``full_step * line_search_shrinking_factor**i`` for ``i = 0, 1, ...``; accept the
-        first candidate whose KL from the old policy is at most ``target_kl`` and whose surrogate improved on the old
-        one; when ``line_search_max_iter`` candidates fail, restore the old parameters.
+        first candidate whose KL from the old policy is at most ``target_kl`` (a schedule's value at this update) and
+        whose surrogate improved on the old one; when ``line_search_max_iter`` candidates fail, restore the old
+        parameters.
         """
-        candidate_kl = math.nan
+        candidate_kl, target_kl = math.nan, self.current_target_kl()
         for shrink_count in range(self.line_search_max_iter):
             fraction = self.line_search_shrinking_factor**shrink_count
             proposal.apply(fraction)
             surrogate, candidate_kl = proposal.measure()
-            if candidate_kl <= self.target_kl and surrogate > proposal.surrogate_before:
+            if candidate_kl <= target_kl and surrogate > proposal.surrogate_before:
                 metrics = {"is_line_search_success": 1.0, "line_search_last_kl": candidate_kl}
                 return StepOutcome(fraction, surrogate, candidate_kl, metrics)
         proposal.apply(NO_STEP)
