@@ -226,3 +226,19 @@ def test_collect_phases_times_every_phase_of_our_loop_and_leaves_sb3s_loop_untou
     assert all(value > 0 for value in timed.values()), timed  # each wrapper saw its phase
     assert sum(timed.values()) < row["us_per_step"]["ours"]
     assert 0 < row["ours_without_sampling_over_sb3"] < row["ours_over_sb3"]
+
+
+def test_screen_pairs_candidates_by_seed_and_averages_only_the_seeds_every_candidate_finished(tmp_path):
+    from benchmarks import screen
+
+    def write(name, runs):
+        (tmp_path / name).mkdir()
+        lines = [json.dumps({"env_id": "Hopper-v5", "seed": seed, "final_return": final, "curve": [[1, best, 0.0]]})
+                 for seed, final, best in runs]  # fmt: skip
+        (tmp_path / name / "runs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    write("shipped", [(100, 1000.0, 3000.0), (101, 2000.0, 2500.0)])
+    write("fast", [(100, 3000.0, 3500.0)])  # seed 101 not finished
+    table = screen.results([tmp_path / "shipped", tmp_path / "fast"])
+    assert "| Hopper-v5 | 101 | 2000.0 (2500.0) | - |" in screen.seeds_table(table)
+    assert screen.shared_means_table(table).splitlines()[2] == "| Hopper-v5 | 100 | 1000.0 | 3000.0 |"
