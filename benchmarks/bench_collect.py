@@ -122,19 +122,34 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
     }
 
 
-def markdown_table(results: list[dict[str, Any]]) -> str:
-    """One row per configuration."""
+def timing_table(
+    results: list[dict[str, Any]], times: str, columns: tuple[str, ...], unit: str, ratios: dict[str, str]
+) -> str:
+    """
+    One row per configuration: its median times, then its ratios (two decimals).
+
+    :param times: the key of each row's times (``us_per_sample``...), one per column
+    :param ratios: header -> key of the row's ratio
+    """
     lines = [
         "| configuration | envs | "
-        + " | ".join(f"{contender} (us / sample)" for contender in CONTENDERS)
-        + " | ours / SB3's (median) | ours / VecEnv floor |",
-        "|---|---|" + "---|" * (len(CONTENDERS) + 2),
+        + " | ".join(f"{column} ({unit})" for column in columns)
+        + " | "
+        + " | ".join(ratios)
+        + " |",
+        "|---|---|" + "---|" * (len(columns) + len(ratios)),
     ]
     for row in results:
-        cells = " | ".join(f"{row['us_per_sample'][contender]:.0f}" for contender in CONTENDERS)
-        ratios = f"{row['ours_over_sb3']:.2f} | {row['ours_over_vec_env_floor']:.2f}"
-        lines.append(f"| {row['config']} | {row['n_envs']} | {cells} | {ratios} |")
+        cells = " | ".join(f"{row[times][column]:.0f}" for column in columns)
+        shown = " | ".join(f"{row[key]:.2f}" for key in ratios.values())
+        lines.append(f"| {row['config']} | {row['n_envs']} | {cells} | {shown} |")
     return "\n".join(lines)
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """One row per configuration."""
+    ratios = {"ours / SB3's (median)": "ours_over_sb3", "ours / VecEnv floor": "ours_over_vec_env_floor"}
+    return timing_table(results, "us_per_sample", CONTENDERS, "us / sample", ratios)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-from benchmarks.bench_collect import COLLECT_CONFIGS, _vec_env
+from benchmarks.bench_collect import COLLECT_CONFIGS, _vec_env, timing_table
 from benchmarks.common import TIMING_WARMUP_ROUNDS, configs_parser, run_configs
 from sb3_npg import TRPO
 from sb3_npg.common import rollouts
@@ -113,18 +113,8 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
 
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """One row per configuration."""
-    columns = (*PHASES, "ours", "SB3 collect_rollouts")
-    lines = [
-        "| configuration | envs | "
-        + " | ".join(f"{column} (us / step)" for column in columns)
-        + " | ours / SB3's | ours without sampling / SB3's |",
-        "|---|---|" + "---|" * (len(columns) + 2),
-    ]
-    for row in results:
-        cells = " | ".join(f"{row['us_per_step'][column]:.0f}" for column in columns)
-        ratios = f"{row['ours_over_sb3']:.2f} | {row['ours_without_sampling_over_sb3']:.2f}"
-        lines.append(f"| {row['config']} | {row['n_envs']} | {cells} | {ratios} |")
-    return "\n".join(lines)
+    ratios = {"ours / SB3's": "ours_over_sb3", "ours without sampling / SB3's": "ours_without_sampling_over_sb3"}
+    return timing_table(results, "us_per_step", (*PHASES, "ours", "SB3 collect_rollouts"), "us / step", ratios)
 
 
 def main() -> None:

@@ -226,6 +226,9 @@ def test_collect_phases_times_every_phase_of_our_loop_and_leaves_sb3s_loop_untou
     assert all(value > 0 for value in timed.values()), timed  # each wrapper saw its phase
     assert sum(timed.values()) < row["us_per_step"]["ours"]
     assert 0 < row["ours_without_sampling_over_sb3"] < row["ours_over_sb3"]
+    table = collect_phases.markdown_table([row]).splitlines()
+    assert len(table[0].split(" | ")) == len(table[2].split(" | ")), "a header per column"
+    assert table[2].endswith(f"| {row['ours_over_sb3']:.2f} | {row['ours_without_sampling_over_sb3']:.2f} |")
 
 
 def test_screen_pairs_candidates_by_seed_and_averages_only_the_seeds_every_candidate_finished(tmp_path):
