@@ -79,6 +79,11 @@ def iqm_intervals(scores: Mapping[str, np.ndarray]) -> dict[str, Interval]:
     }
 
 
+def iqm(values: Sequence[float]) -> float:
+    """The IQM of one algorithm's final returns on one task (the point of :func:`iqm_intervals`)."""
+    return float(metrics.aggregate_iqm(np.asarray(values, dtype=float)[:, np.newaxis]))
+
+
 def iqm_curve(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     The IQM over runs at each evaluation, with its confidence band.

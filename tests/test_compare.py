@@ -188,3 +188,32 @@ def test_iqm_curve_is_rliables_iqm_at_each_evaluation_inside_its_band():
     iqm, low, high = reliable.iqm_curve(curves)
     assert iqm == pytest.approx([metrics.aggregate_iqm(curves[:, [step]]) for step in range(3)])
     assert (low <= iqm).all() and (iqm <= high).all()
+
+
+def test_goals_table_checks_iqm_mean_collapse_and_settings_against_sb3_contribs(tmp_path):
+    reference = tmp_path / "contrib.yml"
+    reference.write_text("Hopper-v5:\n  n_steps: 1024\n  target_kl: 0.03\n", encoding="utf-8")
+    contrib = {"n_steps": 1024, "target_kl": 0.03, "n_timesteps": 1000}  # the budget is not a setting that differs
+    tuned = {**contrib, "critic_fit": "lbfgs"}
+
+    def hopper(algo, seed, final, first, hyperparams):
+        return {**_run(algo, seed, final, [[500, first, 0.0], [1000, final, 0.0]]), "env_id": "Hopper-v5", "hyperparams": hyperparams}
+
+    runs = [
+        hopper("npg_trpo", 0, 3700.0, 900.0, tuned),
+        hopper("npg_trpo", 1, 3600.0, 800.0, contrib),
+        hopper("npg_trpo", 2, 500.0, 1000.0, contrib),  # below its first evaluation: collapsed
+        hopper("npg_trpo", 3, 3650.0, 900.0, contrib),
+        *(hopper("trpo", seed, final, 0.0, {}) for seed, final in enumerate((3000.0, 2000.0, 1000.0))),
+        *(hopper("npg", seed, final, 0.0, contrib) for seed, final in enumerate((100.0, 200.0, 300.0))),
+    ]
+    table = report.goals_table(runs, reference)
+    row = next(line for line in table.splitlines() if line.startswith("| Hopper-v5"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "3625.0 >= 2000.0: met (4 / 3 seeds)"  # the IQM of four: the middle two; of three: the mean
+    assert cells[2] == "2862.5 < 3618.0: not met"
+    assert cells[3] == "2"
+    assert cells[4] == "differ: critic_fit"
+    assert cells[5] == "200.0 < 2000.0: not met (3 seeds)"
+    assert table.endswith("npg reaches trpo's IQM on 0 of the tasks above (goal: 3 of 4).")
+    assert report.goals_table([run for run in runs if run["algo"] != "trpo"], reference).count("| Hopper-v5") == 0

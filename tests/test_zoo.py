@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import gymnasium as gym
 import optuna
 import pytest
+import yaml
 import sb3_contrib
 from rl_zoo3 import hyperparams_opt, utils
 from rl_zoo3.exp_manager import ExperimentManager
@@ -59,6 +60,46 @@ def test_default_config_is_ours_for_our_names_only():
         assert with_default_config(other) == other
     with pytest.raises(ValueError, match="not an sb3-npg algorithm"):
         hyperparams_path("trpo")
+
+
+#: Action dimensions of the Box environments in the sb3-contrib settings file that need MuJoCo or Box2D to build.
+BOX_ACTION_DIMS = {
+    "Ant-v5": 8,
+    "HalfCheetah-v5": 6,
+    "Hopper-v5": 3,
+    "Walker2d-v5": 6,
+    "Humanoid-v5": 17,
+    "Swimmer-v5": 2,
+    "BipedalWalker-v3": 4,
+    "BipedalWalkerHardcore-v3": 4,
+    "LunarLanderContinuous-v3": 2,
+}
+
+
+def _action_dims(env_id):
+    if env_id in BOX_ACTION_DIMS:
+        return BOX_ACTION_DIMS[env_id]
+    space = gym.make(env_id).action_space
+    return int(space.shape[0]) if isinstance(space, gym.spaces.Box) else 1
+
+
+def _rounded(value):
+    return round(value, 12) if isinstance(value, float) else value
+
+
+def test_sb3_contrib_settings_file_is_the_rl_zoos_trpo_file_translated_to_our_kl_and_nothing_else():
+    """Each entry is rl_zoo3's trpo.yml entry (its -v4 one for -v5) with target_kl and cg_damping times the action
+    dimensions, the same file for both names; the shipped files stay our own."""
+    from benchmarks.common import contrib_kl_scale, default_hyperparams, hyperparams_entry
+
+    contrib = hyperparams_path("npg_trpo", sb3_contrib_settings=True)
+    assert contrib == hyperparams_path("npg", sb3_contrib_settings=True) != hyperparams_path("npg_trpo")
+    ours = yaml.safe_load(contrib.read_text(encoding="utf-8"))
+    assert {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Swimmer-v5"} <= set(ours)
+    for env_id in set(ours) - {"default"}:
+        zoo = hyperparams_entry(default_hyperparams("trpo"), env_id)
+        translated = contrib_kl_scale(zoo, _action_dims(env_id))
+        assert contrib_kl_scale(ours[env_id], 1) == {key: _rounded(value) for key, value in translated.items()}, env_id
 
 
 @pytest.mark.parametrize("name", ["fly", "trian", "Train", "-v"])

@@ -17,6 +17,8 @@ from sb3_npg.zoo.samplers import SAMPLERS
 #: Our algorithms under their Zoo names; ``npg_trpo`` never shadows sb3-contrib's ``trpo``.
 ZOO_ALGOS: dict[str, type[BaseAlgorithm]] = {"npg": NPG, "npg_trpo": TRPO}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
+#: sb3-contrib's TRPO settings from the RL Zoo, translated to our KL: the "same settings" file of both names.
+SB3_CONTRIB_SETTINGS_FILE = "sb3_contrib_trpo.yml"
 #: Where ``target_kl: lin_<start>`` ends, as a fraction of its start. The Zoo's own ``lin_<value>`` (of
 #: ``learning_rate``) falls to 0 and below at the last update, where a KL radius must stay > 0.
 LINEAR_TARGET_KL_END = 0.1
@@ -24,17 +26,19 @@ LINEAR_TARGET_KL_END = 0.1
 CONVERTS_TARGET_KL = "_sb3_npg_converts_target_kl"
 
 
-def hyperparams_path(algo: str) -> Path:
+def hyperparams_path(algo: str, sb3_contrib_settings: bool = False) -> Path:
     """
     The shipped hyperparameter file of one of our Zoo names.
 
     :param algo: ``npg`` or ``npg_trpo``
-    :return: the path of ``sb3_npg/zoo/hyperparams/{algo}.yml``
+    :param sb3_contrib_settings: the file of sb3-contrib's TRPO settings from the RL Zoo instead, translated to our
+        KL and nothing else (one file for both names), for comparisons with ``sb3_contrib.TRPO`` on the same settings
+    :return: the path of ``sb3_npg/zoo/hyperparams/{algo}.yml`` (or of ``sb3_contrib_trpo.yml``)
     :raises ValueError: for a name that is not ours
     """
     if algo not in ZOO_ALGOS:
         raise ValueError(f"{algo!r} is not an sb3-npg algorithm: expected one of {sorted(ZOO_ALGOS)}")
-    return HYPERPARAMS_DIR / f"{algo}.yml"
+    return HYPERPARAMS_DIR / (SB3_CONTRIB_SETTINGS_FILE if sb3_contrib_settings else f"{algo}.yml")
 
 
 def zoo_target_kl(value: Any) -> Any:
