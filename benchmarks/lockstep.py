@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.lockstep --env HalfCheetah-v5 --updates 488 --block 49 --seed 1 \
         --out benchmarks/results/lockstep/HalfCheetah-v5_seed1.md
 
-sb3-contrib's TRPO trains with the RL Zoo's settings (its ``trpo.yml``), ours with our ``npg_trpo.yml``. Before each of
+sb3-contrib's TRPO trains with the RL Zoo's settings (its ``trpo.yml``), ours with the same settings
+translated to our KL (``sb3_contrib_trpo.yml``, not the tuned ``npg_trpo.yml``). Before each of
 sb3-contrib's updates, ours is given the same policy weights and a copy of the same rollout, and both update. The
 table compares, per block of updates:
 
@@ -39,6 +40,7 @@ from torch.nn import functional as F
 from benchmarks.common import default_hyperparams, hyperparams_entry
 from sb3_npg import TRPO
 from sb3_npg.common.natural_gradient import get_flat_params
+from sb3_npg.zoo import hyperparams_path
 
 #: Keys of a Zoo entry that configure the harness, not the algorithm.
 ZOO_HARNESS_KEYS = ("normalize", "n_envs", "n_timesteps", "policy")
@@ -57,7 +59,8 @@ def _algorithm_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
 def build_pair(env_id: str, seed: int) -> tuple[OnPolicyAlgorithm, TRPO]:
     """sb3-contrib's TRPO on a Zoo-style environment and ours, sharing that environment, with the same weights."""
     theirs_entry = hyperparams_entry(default_hyperparams("trpo"), env_id)
-    ours_entry = hyperparams_entry(default_hyperparams("npg_trpo"), env_id)
+    # sb3-contrib's settings translated to our KL, not our tuned entry: the same problem, update by update
+    ours_entry = hyperparams_entry(hyperparams_path("npg_trpo", sb3_contrib_settings=True), env_id)
     env = make_vec_env(env_id, n_envs=theirs_entry.get("n_envs", 1), seed=seed)
     if theirs_entry.get("normalize", False):
         env = VecNormalize(env, gamma=theirs_entry.get("gamma", 0.99))

@@ -6,7 +6,8 @@ Writes ``DIR/results.md``: the final return (the last evaluation) as mean +- std
 and one column per algorithm, the best mean of each row in bold and the RL Zoo's published sb3-contrib TRPO result
 (the RL Zoo's benchmark table) in its own column; the same as interquartile means with 95% bootstrap confidence
 intervals, and across each group of tasks the IQM of normalized scores (``benchmarks/reliable.py``, with ``rliable``);
-the MuJoCo goals, met or not (:func:`goals_table`); then the cost of each run (wall time, steps per second, share of time in ``train()``) and each seed's result. Writes
+the MuJoCo goals, met or not (:func:`goals_table`); then the cost of each run (wall time, steps per second, share of
+time in ``train()``) and each seed's result. Writes
 ``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95% confidence band, one line per algorithm; and
 ``DIR/profile_<group>.png``: the performance profile of each group of tasks that every algorithm shown ran.
 
@@ -316,7 +317,8 @@ def write_report(folder: Path) -> Path:
         "# Final return (last evaluation), mean +- std over seeds (number of seeds)\n\n"
         f"{returns_table(runs)}\n\n# Final return, IQM over seeds [95% stratified bootstrap CI] (seeds)\n\n"
         f"{iqm_table(runs)}\n\n# Across tasks: normalized final return (0: random policy, 1: RL Zoo TRPO published)\n\n"
-        f"{aggregate_table(runs)}\n\n# MuJoCo goals\n\n{goals_table(runs)}\n\n# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
+        f"{aggregate_table(runs)}\n\n# MuJoCo goals\n\n{goals_table(runs)}\n\n"
+        f"# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
         f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n",
         encoding="utf-8",
     )

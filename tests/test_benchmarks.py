@@ -20,6 +20,7 @@ from benchmarks.common import (
     contrib_kl_scale,
     default_hyperparams,
     fill_rollout,
+    hyperparams_entry,
     portable_path,
     read_jsonl,
 )
@@ -164,6 +165,40 @@ def test_shipped_zoo_comments_state_the_verified_runs_and_every_required_entry_r
     for env_id in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0", "LunarLander-v3"):
         assert env_id in verified
         assert np.mean(verified[env_id]) >= PUBLISHED_TRPO[env_id], env_id
+
+
+#: A MuJoCo entry chosen by screening: its changes, the seeds, each seed's final return, the folder of those runs.
+SCREENED_COMMENT = re.compile(
+    r"# screened(?: with npg_trpo)? \((?P<changes>.*)\) at 1M steps, seeds (?P<seeds>[\d/]+): "
+    r"(?P<finals>[-\d. /]+), mean [-\d.]+ "
+    r"\(.*; (?P<folder>benchmarks/results/compare_candidates/\w+)\)"
+)
+
+
+@pytest.mark.parametrize("algo", ["npg", "npg_trpo"])
+def test_screened_zoo_entries_quote_the_runs_of_exactly_their_settings(algo):
+    """The comment above each screened MuJoCo entry quotes the final returns of runs whose recorded settings are the
+    entry's own, on the screening seeds (never the reported 0-9)."""
+    root = Path(__file__).parents[1]
+    path = hyperparams_path(algo)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    screened = 0
+    for comment, entry in itertools.pairwise(lines):
+        match = SCREENED_COMMENT.match(comment)
+        if not match:
+            continue
+        env_id, screened = entry.rstrip(":"), screened + 1
+        seeds = [int(seed) for seed in match["seeds"].split("/")]
+        assert min(seeds) >= 100, "screening seeds are never the reported 0-9"
+        settings = hyperparams_entry(path, env_id)
+        runs = {
+            run["seed"]: run
+            for run in read_jsonl(root / match["folder"] / "runs.jsonl")
+            if run["env_id"] == env_id and run["hyperparams"] == settings
+        }
+        quoted = [float(value) for value in match["finals"].split(" / ")]
+        assert [round(runs[seed]["final_return"], 1) for seed in seeds] == quoted, env_id
+    assert screened >= 2, "the MuJoCo entries chosen by screening"
 
 
 def test_step_kl_reads_one_kl_per_update_and_trpo_never_exceeds_its_target():

@@ -197,7 +197,8 @@ def test_goals_table_checks_iqm_mean_collapse_and_settings_against_sb3_contribs(
     tuned = {**contrib, "critic_fit": "lbfgs"}
 
     def hopper(algo, seed, final, first, hyperparams):
-        return {**_run(algo, seed, final, [[500, first, 0.0], [1000, final, 0.0]]), "env_id": "Hopper-v5", "hyperparams": hyperparams}
+        curve = [[500, first, 0.0], [1000, final, 0.0]]
+        return {**_run(algo, seed, final, curve), "env_id": "Hopper-v5", "hyperparams": hyperparams}
 
     runs = [
         hopper("npg_trpo", 0, 3700.0, 900.0, tuned),
