@@ -1,6 +1,6 @@
 """Tuning candidates side by side: the final return of each seed under each candidate, and means over shared seeds.
 
-    .venv/bin/python -m benchmarks.screen benchmarks/results/compare_candidates/mujoco_shipped \\
+    .venv/bin/python -m benchmarks.screen benchmarks/results/compare_candidates/mujoco_sb3_contrib_settings \\
         benchmarks/results/compare_candidates/mujoco_fast_settings
 
 Each folder is the ``--out`` of one ``benchmarks.compare`` matrix (one candidate file, the tuning seeds). One row per
