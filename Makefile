@@ -84,7 +84,7 @@ BENCH_SEEDS ?= 0,1,2
 BENCH_OUT ?= benchmarks/results/compare
 bench: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos $(BENCH_ALGOS) --envs $(BENCH_ENVS) --seeds $(BENCH_SEEDS) --workers 2 --out $(BENCH_OUT)
-	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md
+	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md --figures docs/_static
 
 # The MuJoCo protocol of benchmarks/README.md ("MuJoCo protocol"): 1M steps, an evaluation every 50k steps, seeds 0-9
 # for our TRPO and sb3-contrib's, 0-4 for NPG, 0-2 for PPO and A2C, in that order; resumes where it stopped.
@@ -94,7 +94,7 @@ bench-mujoco: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos npg_trpo,trpo --seeds 0,1,2,3,4,5,6,7,8,9 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos npg --seeds 0,1,2,3,4 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos ppo,a2c --seeds 0,1,2 $(MUJOCO_PROTOCOL)
-	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md
+	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md --figures docs/_static
 
 # Learning check over 3 seeds: the "Does it learn?" table of docs/benchmarks.md comes from this file.
 bench-learning: $(VENV)/.installed-test

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -350,15 +351,21 @@ def update_docs(paths: list[Path], folder: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="the --out folder of benchmarks.compare")
     parser.add_argument(
         "--update-docs", nargs="*", type=Path, default=[], metavar="FILE", help="markdown files whose marked tables to refresh"
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--figures", type=Path, metavar="DIR", help="copy the figures there too (docs/_static: the README's and the docs')"
+    )
+    args = parser.parse_args(argv)
     print(write_report(args.folder).read_text(encoding="utf-8"))
     update_docs(args.update_docs, args.folder)
+    if args.figures:
+        for figure in args.folder.glob("*.png"):
+            shutil.copy2(figure, args.figures / figure.name)
 
 
 if __name__ == "__main__":

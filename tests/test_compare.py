@@ -218,3 +218,17 @@ def test_goals_table_checks_iqm_mean_collapse_and_settings_against_sb3_contribs(
     assert cells[5] == "200.0 < 2000.0: not met (3 seeds)"
     assert table.endswith("npg reaches trpo's IQM on 0 of the tasks above (goal: 3 of 4).")
     assert report.goals_table([run for run in runs if run["algo"] != "trpo"], reference).count("| Hopper-v5") == 0
+
+
+def test_report_command_refreshes_the_docs_and_copies_the_figures(tmp_path, capsys):
+    folder, figures = tmp_path / "results", tmp_path / "static"
+    folder.mkdir()
+    figures.mkdir()
+    runs = [_run("npg", seed, -150.0 - seed, [[500, -400.0, 0.0], [1000, -150.0 - seed, 0.0]]) for seed in (0, 1)]
+    (folder / compare.RUNS_FILE).write_text("".join(json.dumps(run) + "\n" for run in runs), encoding="utf-8")
+    doc = tmp_path / "README.md"
+    doc.write_text("<!-- compare:IQM -->\n<!-- /compare:IQM -->\n", encoding="utf-8")
+    report.main([str(folder), "--update-docs", str(doc), "--figures", str(figures)])
+    assert "# Final return" in capsys.readouterr().out
+    assert (figures / "Pendulum-v1.png").read_bytes() == (folder / "Pendulum-v1.png").read_bytes()
+    assert "| Pendulum-v1 | -150.5 [" in doc.read_text(encoding="utf-8")
