@@ -6,7 +6,8 @@
 Each folder is the ``--out`` of one ``benchmarks.compare`` matrix (one candidate file, the tuning seeds). One row per
 environment and seed: each candidate's final return with its best evaluation in brackets (``-`` where that run has
 not finished); then per environment the mean final return of each candidate over the seeds that every candidate has
-finished, so that a comparison is always over the same seeds.
+finished, so that a comparison is always over the same seeds; and each candidate's mean over all the seeds it has
+finished.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def shared_means_table(table: dict[str, dict[tuple[str, int], Result]]) -> str:
     return "\n".join(lines)
 
 
+def own_means_table(table: dict[str, dict[tuple[str, int], Result]]) -> str:
+    """Per environment, each candidate's mean final return over all the seeds it has finished (how many in brackets):
+    what a shipped entry's comment quotes, where the candidates did not all run the same seeds."""
+    names = list(table)
+    lines = ["| environment | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for env_id in sorted({env for runs in table.values() for env, _ in runs}):
+        cells = []
+        for name in names:
+            finals = [final for (env, _), (final, _) in table[name].items() if env == env_id]
+            cells.append(f"{statistics.mean(finals):.1f} ({len(finals)})" if finals else "-")
+        lines.append(f"| {env_id} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="the --out folders of the candidates' matrices")
@@ -68,6 +83,8 @@ def main() -> None:
     print(seeds_table(table))
     print("\nMean final return over the seeds every candidate has finished\n")
     print(shared_means_table(table))
+    print("\nMean final return over each candidate's own finished seeds (how many)\n")
+    print(own_means_table(table))
 
 
 if __name__ == "__main__":

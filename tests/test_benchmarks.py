@@ -170,7 +170,7 @@ def test_shipped_zoo_comments_state_the_verified_runs_and_every_required_entry_r
 #: A MuJoCo entry chosen by screening: its changes, the seeds, each seed's final return, the folder of those runs.
 SCREENED_COMMENT = re.compile(
     r"# screened(?: with npg_trpo)? \((?P<changes>.*)\) at 1M steps, seeds (?P<seeds>[\d/]+): "
-    r"(?P<finals>[-\d. /]+), mean [-\d.]+ "
+    r"(?P<finals>[-\d. /]+), mean (?P<mean>[-\d.]+) "
     r"\(.*; (?P<folder>benchmarks/results/compare_candidates/\w+)\)"
 )
 
@@ -198,6 +198,8 @@ def test_screened_zoo_entries_quote_the_runs_of_exactly_their_settings(algo):
         }
         quoted = [float(value) for value in match["finals"].split(" / ")]
         assert [round(runs[seed]["final_return"], 1) for seed in seeds] == quoted, env_id
+        mean = np.mean([runs[seed]["final_return"] for seed in seeds])
+        assert float(match["mean"]) == round(mean, 1), f"{env_id}: the mean of the quoted runs"
     assert screened >= 2, "the MuJoCo entries chosen by screening"
 
 
@@ -271,12 +273,16 @@ def test_screen_pairs_candidates_by_seed_and_averages_only_the_seeds_every_candi
 
     def write(name, runs):
         (tmp_path / name).mkdir()
-        lines = [json.dumps({"env_id": "Hopper-v5", "seed": seed, "final_return": final, "curve": [[1, best, 0.0]]})
-                 for seed, final, best in runs]  # fmt: skip
+        lines = [json.dumps({"env_id": env_id, "seed": seed, "final_return": final, "curve": [[1, best, 0.0]]})
+                 for env_id, seed, final, best in runs]  # fmt: skip
         (tmp_path / name / "runs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    write("shipped", [(100, 1000.0, 3000.0), (101, 2000.0, 2500.0)])
-    write("fast", [(100, 3000.0, 3500.0)])  # seed 101 not finished
+    write("shipped", [("Hopper-v5", 100, 1000.0, 3000.0), ("Hopper-v5", 101, 2000.0, 2500.0), ("Walker2d-v5", 100, 9.0, 9.0)])
+    write("fast", [("Hopper-v5", 100, 3000.0, 3500.0)])  # seed 101 not finished
     table = screen.results([tmp_path / "shipped", tmp_path / "fast"])
     assert "| Hopper-v5 | 101 | 2000.0 (2500.0) | - |" in screen.seeds_table(table)
     assert screen.shared_means_table(table).splitlines()[2] == "| Hopper-v5 | 100 | 1000.0 | 3000.0 |"
+    assert screen.own_means_table(table).splitlines()[2:] == [
+        "| Hopper-v5 | 1500.0 (2) | 3000.0 (1) |",
+        "| Walker2d-v5 | 9.0 (1) | - |",
+    ]

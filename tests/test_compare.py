@@ -215,9 +215,17 @@ def test_goals_table_checks_iqm_mean_collapse_and_settings_against_sb3_contribs(
     assert cells[2] == "2862.5 < 3618.0: not met"
     assert cells[3] == "2"
     assert cells[4] == "differ: critic_fit"
-    assert cells[5] == "200.0 < 2000.0: not met (3 seeds)"
+    assert cells[5] == "200.0 < 2000.0: not met (3 / 3 seeds)"
     assert table.endswith("npg reaches trpo's IQM on 0 of the tasks above (goal: 3 of 4).")
     assert report.goals_table([run for run in runs if run["algo"] != "trpo"], reference).count("| Hopper-v5") == 0
+    # npg runs on another evaluation schedule (a cell's older runs) are shown but neither compared nor counted
+    older = [{**run, "final_return": 5000.0, "eval_freq": 100} for run in runs if run["algo"] == "npg"]
+    table = report.goals_table([run for run in runs if run["algo"] != "npg"] + older, reference)
+    assert "| not compared: another schedule (an evaluation every 100 steps; 3 seeds) |" in table
+    assert table.endswith("npg reaches trpo's IQM on 0 of the tasks above (goal: 3 of 4).")
+    reaching = [{**run, "final_return": 5000.0} for run in runs if run["algo"] == "npg"]
+    table = report.goals_table([run for run in runs if run["algo"] != "npg"] + reaching, reference)
+    assert table.endswith("npg reaches trpo's IQM on 1 of the tasks above (goal: 3 of 4).")
 
 
 def test_report_command_refreshes_the_docs_and_copies_the_figures(tmp_path, capsys):

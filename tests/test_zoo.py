@@ -62,8 +62,9 @@ def test_default_config_is_ours_for_our_names_only():
         hyperparams_path("trpo")
 
 
-#: Action dimensions of the Box environments in the sb3-contrib settings file that need MuJoCo or Box2D to build.
-BOX_ACTION_DIMS = {
+#: Action dimensions (1 for a Discrete space) of the environments in the sb3-contrib settings file that need MuJoCo or
+#: Box2D to build: the test suite installs neither, so only classic-control environments are built.
+ACTION_DIMS_OF_PHYSICS_ENVS = {
     "Ant-v5": 8,
     "HalfCheetah-v5": 6,
     "Hopper-v5": 3,
@@ -72,13 +73,16 @@ BOX_ACTION_DIMS = {
     "Swimmer-v5": 2,
     "BipedalWalker-v3": 4,
     "BipedalWalkerHardcore-v3": 4,
+    "LunarLander-v3": 1,
     "LunarLanderContinuous-v3": 2,
 }
 
 
 def _action_dims(env_id):
-    if env_id in BOX_ACTION_DIMS:
-        return BOX_ACTION_DIMS[env_id]
+    if env_id in ACTION_DIMS_OF_PHYSICS_ENVS:
+        return ACTION_DIMS_OF_PHYSICS_ENVS[env_id]
+    entry_point = str(gym.spec(env_id).entry_point)
+    assert entry_point.startswith("gymnasium.envs.classic_control"), f"add {env_id} to ACTION_DIMS_OF_PHYSICS_ENVS"
     space = gym.make(env_id).action_space
     return int(space.shape[0]) if isinstance(space, gym.spaces.Box) else 1
 
