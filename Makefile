@@ -90,7 +90,10 @@ bench: $(VENV)/.installed-all
 # for our TRPO and sb3-contrib's, 0-4 for NPG, 0-2 for PPO and A2C, in that order; resumes where it stopped.
 MUJOCO_ENVS ?= HalfCheetah-v5,Hopper-v5,Walker2d-v5,Swimmer-v5
 MUJOCO_PROTOCOL = --envs $(MUJOCO_ENVS) --timesteps 1000000 --eval-freq 50000 --workers 2 --out $(BENCH_OUT)
+# The MuJoCo release the recorded matrix ran with (a fresh venv would take a newer one; compare warns on a mix).
+MUJOCO_SPEC ?= mujoco==4.0.0
 bench-mujoco: $(VENV)/.installed-all
+	$(BIN)/python -m pip install "$(MUJOCO_SPEC)"
 	$(BIN)/python -m benchmarks.compare --algos npg_trpo,trpo --seeds 0,1,2,3,4,5,6,7,8,9 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos npg --seeds 0,1,2,3,4 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos ppo,a2c --seeds 0,1,2 $(MUJOCO_PROTOCOL)

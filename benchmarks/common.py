@@ -9,6 +9,7 @@ import importlib.util
 import inspect
 import json
 import platform
+import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -262,3 +263,19 @@ def portable_path(path: str | Path) -> str:
         parts = resolved.parts
         return Path(*parts[len(parts) - parts[::-1].index(SITE_PACKAGES) :]).as_posix()
     return resolved.name
+
+
+#: The packages whose version can change a run's numbers. A matrix spans sessions and fresh environments, so the
+#: harness warns when the installed versions differ from its folder's runs, and the report lists the versions it mixes.
+RESULT_PACKAGES = ("sb3-npg", "stable-baselines3", "sb3-contrib", "rl-zoo3", "torch", "gymnasium", "mujoco", "numpy")
+
+
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares names (``stable_baselines3`` and ``stable-baselines3`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def result_package_versions(versions: Mapping[str, str]) -> dict[str, str]:
+    """The versions of :data:`RESULT_PACKAGES` among ``versions`` (all installed distributions), by normalized name."""
+    by_name = {_normalized(name): version for name, version in versions.items()}
+    return {name: by_name[name] for name in RESULT_PACKAGES if name in by_name}

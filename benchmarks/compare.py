@@ -30,6 +30,7 @@ import platform
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +40,15 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from benchmarks.common import EVALUATIONS_PER_RUN, RUNS_FILE, default_hyperparams, hyperparams_entry, portable_path, read_jsonl
+from benchmarks.common import (
+    EVALUATIONS_PER_RUN,
+    RUNS_FILE,
+    default_hyperparams,
+    hyperparams_entry,
+    portable_path,
+    read_jsonl,
+    result_package_versions,
+)
 from sb3_npg.zoo import hyperparams_path
 
 DEFAULT_ALGOS = "npg,npg_trpo,trpo,ppo,a2c"
@@ -227,6 +236,23 @@ def append_line(path: Path, line: str) -> None:
         os.close(descriptor)
 
 
+def version_mismatches(records: list[dict[str, Any]], installed: dict[str, str]) -> list[str]:
+    """
+    Each result package whose installed version differs from one its ``records`` ran with, as
+    ``"name recorded -> installed"``.
+    """
+    mine = result_package_versions(installed)
+    recorded: dict[str, set[str]] = {}
+    for record in records:
+        for name, version in result_package_versions(record.get("versions", {})).items():
+            recorded.setdefault(name, set()).add(version)
+    return [
+        f"{name} {', '.join(sorted(versions))} -> {mine.get(name, 'not installed')}"
+        for name, versions in recorded.items()
+        if versions != {mine.get(name)}
+    ]
+
+
 def run_matrix(jobs: list[Job], out: Path, workers: int) -> list[dict[str, Any]]:
     """Run the jobs not already in ``out/runs.jsonl``, appending each record as soon as its run finishes."""
     out.mkdir(parents=True, exist_ok=True)
@@ -234,6 +260,13 @@ def run_matrix(jobs: list[Job], out: Path, workers: int) -> list[dict[str, Any]]
     results = read_jsonl(results_file)
     done = {run_key(record) for record in results}
     todo = [job for job in jobs if job.key not in done]
+    mismatches = version_mismatches(results, package_versions()) if todo else []
+    if mismatches:
+        warnings.warn(
+            f"{results_file} holds runs made with other package versions ({'; '.join(mismatches)}): install the recorded "
+            "ones to keep the matrix on one set, or the report will list the mix",
+            stacklevel=2,
+        )
     # A fresh spawned process per run (maxtasksperchild=1): each run edits the Zoo's registry and patches SB3.
     with (
         multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool,

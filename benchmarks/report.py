@@ -31,7 +31,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from benchmarks import reliable
-from benchmarks.common import PUBLISHED_NOTES, PUBLISHED_TRPO, RUNS_FILE, hyperparams_entry, read_jsonl
+from benchmarks.common import (
+    PUBLISHED_NOTES,
+    PUBLISHED_TRPO,
+    RESULT_PACKAGES,
+    RUNS_FILE,
+    hyperparams_entry,
+    read_jsonl,
+    result_package_versions,
+)
 from benchmarks.random_scores import read_random_scores
 from sb3_npg.zoo import hyperparams_path
 
@@ -127,6 +135,20 @@ def seeds_table(runs: list[dict[str, Any]]) -> str:
                 finals = ", ".join(f"{row['seed']}: {row['final_return']:.1f}" for row in rows)
                 bests = ", ".join(f"{max(value for _, value, _ in row['curve']):.1f}" for row in rows)
                 lines.append(f"| {env_id} | {algo} | {finals} | {bests} |")
+    return "\n".join(lines)
+
+
+def versions_table(runs: list[dict[str, Any]]) -> str:
+    """The version of each package that can change a result, with its number of runs; a package the runs mix is marked."""
+    counts: dict[str, dict[str, int]] = {name: {} for name in RESULT_PACKAGES}
+    for run in runs:
+        for name, version in result_package_versions(run.get("versions", {})).items():
+            counts[name][version] = counts[name].get(version, 0) + 1
+    lines = ["| package | version (runs) |", "|---|---|"]
+    for name, versions in counts.items():
+        if versions:
+            cell = ", ".join(f"{version} ({count})" for version, count in sorted(versions.items()))
+            lines.append(f"| {name} | {'**mixed**: ' if len(versions) > 1 else ''}{cell} |")
     return "\n".join(lines)
 
 
@@ -335,7 +357,8 @@ def write_report(folder: Path) -> Path:
         f"{iqm_table(runs)}\n\n# Across tasks: normalized final return (0: random policy, 1: RL Zoo TRPO published)\n\n"
         f"{aggregate_table(runs)}\n\n# MuJoCo goals\n\n{goals_table(runs)}\n\n"
         f"# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
-        f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n",
+        f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n\n"
+        f"# Package versions the runs used\n\n{versions_table(runs)}\n",
         encoding="utf-8",
     )
     return report

@@ -69,6 +69,42 @@ def test_matrix_records_every_run_resumes_and_reports_a_table_and_a_plot(tmp_pat
     assert (args.out / "CartPole-v1.png").read_bytes()[:4] == PNG_MAGIC
 
 
+def test_version_mismatches_name_each_result_package_the_folder_ran_with_another_version():
+    records = [
+        {"versions": {"stable_baselines3": "2.9.2", "mujoco": "4.0.0", "pip": "24.0"}},
+        {"versions": {"stable-baselines3": "2.9.2", "mujoco": "4.0.0"}},
+    ]
+    installed = {"stable-baselines3": "2.9.2", "mujoco": "4.0.1", "pip": "25.0"}
+    assert compare.version_mismatches(records, installed) == ["mujoco 4.0.0 -> 4.0.1"]  # pip cannot change a result
+    assert compare.version_mismatches(records, {**installed, "mujoco": "4.0.0"}) == []
+    mixed = [*records, {"versions": {"mujoco": "4.0.1"}}]
+    assert compare.version_mismatches(mixed, installed) == ["mujoco 4.0.0, 4.0.1 -> 4.0.1"]
+    assert compare.version_mismatches(records, {"stable_baselines3": "2.9.2"}) == ["mujoco 4.0.0 -> not installed"]
+
+
+def test_resuming_a_folder_made_with_other_versions_warns_and_still_runs(tmp_path):
+    args = _args(tmp_path, "0")
+    finished, todo = compare.plan(args)
+    args.out.mkdir()
+    record = {**dataclasses.asdict(finished), "hyperparams": finished.hyperparams, "versions": {"torch": "0.0.1"}}
+    (args.out / compare.RUNS_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"other package versions \(torch 0\.0\.1 -> "):
+        runs = compare.run_matrix([finished, todo], args.out, workers=1)
+    assert [run["algo"] for run in runs] == [finished.algo, todo.algo]  # only the new cell ran
+
+
+def test_versions_table_marks_a_package_the_runs_mix():
+    runs = [
+        {"versions": {"torch": "2.13.0+cpu", "mujoco": "4.0.0", "pip": "24.0"}},
+        {"versions": {"torch": "2.13.0+cpu", "mujoco": "4.0.1"}},
+        {"versions": {"torch": "2.13.0+cpu", "mujoco": "4.0.0"}},
+    ]
+    lines = report.versions_table(runs).splitlines()
+    assert "| torch | 2.13.0+cpu (3) |" in lines
+    assert "| mujoco | **mixed**: 4.0.0 (2), 4.0.1 (1) |" in lines
+    assert not any("pip" in line for line in lines)
+
+
 def test_a_run_with_other_settings_or_another_evaluation_schedule_is_not_skipped(tmp_path):
     args = _args(tmp_path, "0")
     finished = {compare.run_key({**dataclasses.asdict(job), "hyperparams": job.hyperparams}) for job in compare.plan(args)}
