@@ -1,6 +1,8 @@
 """Data-parallel updates: two ranks given half a batch each take exactly the step one process takes on all of it."""
 
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,24 @@ CASES = [(NPG, "CartPole-v1"), (NPG, "Pendulum-v1"), (TRPO, "CartPole-v1"), (TRP
 BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
 #: The largest relative difference tolerated between the distributed and the single-process parameters.
 RELATIVE_TOLERANCE = 1e-6
+
+
+def _end_rank(destroy=True):
+    """End a rank's process now: destroy its process group, then exit without the interpreter's finalization.
+
+    Every rank main ends here, after writing its results. torch 2.13 keeps gloo's worker threads running past
+    ``destroy_process_group`` once ``torch._inductor`` has been imported after ``init_process_group`` (building an
+    optimizer imports it). A worker that drops the last reference to a Python tensor while the interpreter finalizes
+    takes the GIL and aborts the process ("terminate called without an active exception"): on a loaded machine, one
+    ``mp.spawn`` in ten failed with SIGABRT after every assertion had its data. ``os._exit`` skips that teardown.
+
+    :param destroy: destroy the process group first (not after a collective timed out, where it may block)
+    """
+    if destroy:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _settings(n_steps, distributed=False):
@@ -68,7 +88,7 @@ def _rank_main(rank, port, batches, out):
         results.append(_train_on(model, batch, rows))
     if rank == 0:
         torch.save(results, out)
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_two_ranks_with_half_a_batch_each_make_the_single_process_update(tmp_path):
@@ -112,7 +132,7 @@ def _diverged_main(rank, port, out):
     except DistributedError as error:
         if rank == 0:
             out.write_text(str(error))
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_diverged_parameters_are_detected_on_every_rank(tmp_path):
@@ -141,7 +161,7 @@ def _normalization_main(rank, port, samples, out):
         base = combine_normalization(reducer, wrapper, base)
     if rank == 0:
         torch.save((wrapper.obs_rms.mean, wrapper.obs_rms.var, wrapper.obs_rms.count, wrapper.ret_rms.var), out)
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_vec_normalize_statistics_become_those_of_all_ranks_samples(tmp_path):
@@ -171,12 +191,13 @@ def _stalled_main(rank, port, out, failure="stall"):
         if failure == "die":
             os._exit(0)  # a rank that dies without a word: rank 0 loses its peer
         time.sleep(STALL_SECONDS)  # a stalled rank: rank 0's collectives time out
-        return
+        _end_rank(destroy=False)
     start = time.monotonic()
     try:
         model.learn(256)
     except DistributedError as error:
         out.write_text(f"{time.monotonic() - start}\n{error}")
+    _end_rank(destroy=False)
 
 
 STALL_SECONDS = 15
@@ -200,7 +221,7 @@ def _learn_main(rank, port, folder):
     torch.save([p.detach() for p in model.policy.parameters()], folder / f"params{rank}.pt")
     if rank == 0:
         model.save(folder / "model")
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_distributed_learn_splits_the_budget_keeps_ranks_identical_and_only_rank_0_saves(tmp_path):
@@ -254,7 +275,7 @@ def _resume_main(rank, port, folder):
     model = TRPO.load(checkpoint, env=make_vec_env("Pendulum-v1", n_envs=1, seed=rank), device="cpu")
     model.learn(2 * 64, reset_num_timesteps=False)
     torch.save(([p.detach() for p in model.policy.parameters()], model.num_timesteps), folder / f"resumed{rank}.pt")
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_rank_0s_checkpoint_resumes_a_distributed_run(tmp_path):
@@ -291,7 +312,7 @@ def _unequal_main(rank, port, batches, out):
         results.append(_train_on(model, batch, rows))
     if rank == 0:
         torch.save(results, out)
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def _policy_rows_of_each_rank():
@@ -341,7 +362,7 @@ def _loaded_main(rank, port, checkpoint, out):
         model.learn(2 * 64, reset_num_timesteps=False)
         results[label] = (joined, model.rollout_buffer.observations.copy(), [p.detach() for p in model.policy.parameters()])
     torch.save(results, f"{out}{rank}.pt")
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_a_loaded_distributed_model_rejoins_under_torchrun_and_its_ranks_explore_differently(tmp_path):
@@ -382,7 +403,7 @@ def _early_stop_main(rank, port, out):
     start = time.monotonic()
     model.learn(10 * WORLD_SIZE * 64, callback=_StopAt(WORLD_SIZE * 64 + 10))  # stops during the second rollout
     torch.save((time.monotonic() - start, model._n_updates), f"{out}{rank}.pt")
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_an_early_stop_on_rank_0_ends_learn_on_every_rank_together(tmp_path):
@@ -405,7 +426,7 @@ def _unequal_rollouts_main(rank, port, out):
     except ConfigurationError as error:
         message = f"{model._n_updates} updates: {error}"
     (out.parent / f"{out.name}{rank}.txt").write_text(message)
-    dist.destroy_process_group()
+    _end_rank()
 
 
 def test_ranks_that_collect_different_amounts_are_refused_before_any_update(tmp_path):
@@ -413,3 +434,35 @@ def test_ranks_that_collect_different_amounts_are_refused_before_any_update(tmp_
     for rank in range(WORLD_SIZE):
         message = (tmp_path / f"rank{rank}.txt").read_text()
         assert message.startswith("0 updates: ") and "samples per update (n_steps * n_envs) (from 64 to 128" in message
+
+
+# -------------------------------------------------------------- leaving the process group
+
+#: The threads of a gloo process group (their names, as Linux shows them in /proc).
+GLOO_THREADS = {"pt_gloo_runloop", "gloo_tcp_loop"}
+THREADS_FOLDER = Path("/proc/self/task")
+
+
+def _thread_names():
+    return {(task / "comm").read_text().strip() for task in THREADS_FOLDER.iterdir()}
+
+
+def _leave_main(rank, port, out):
+    _torchrun_environment(rank, port)
+    model = NPG("MlpPolicy", "CartPole-v1", n_steps=64, policy_kwargs={"net_arch": [8]}, device="cpu", distributed=True)
+    model.learn(2 * 64)
+    during = _thread_names()
+    dist.destroy_process_group()
+    torch.save((during, _thread_names()), f"{out}{rank}.pt")
+    _end_rank(destroy=False)
+
+
+@pytest.mark.skipif(not THREADS_FOLDER.is_dir(), reason="reads the threads' names from Linux's /proc")
+def test_destroying_the_group_a_model_joined_ends_its_threads_before_the_interpreter_exits(tmp_path):
+    # A group that outlived destroy_process_group kept its threads into the interpreter's exit, where they aborted
+    # about one process in ten; the group our init_process_group creates must be freed.
+    mp.spawn(_leave_main, args=(free_port(), tmp_path / "rank"), nprocs=WORLD_SIZE, join=True)
+    for rank in range(WORLD_SIZE):
+        during, after = torch.load(tmp_path / f"rank{rank}.pt")
+        assert GLOO_THREADS <= during, f"rank {rank}: no gloo threads to watch among {sorted(during)}"
+        assert not GLOO_THREADS & after, f"rank {rank}: {sorted(GLOO_THREADS & after)} still run after the group is gone"

@@ -14,6 +14,7 @@ apart (the periodic :meth:`Reducer.check_same` then stops the run).
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +34,8 @@ CHECKSUM_INTERVAL = 10
 CHECKSUM_TOLERANCE = 0.0
 #: The rank whose weights every rank starts from, and which logs, evaluates and saves.
 MAIN_RANK = 0
+#: Imported before the process group is created: a group created first outlives ``destroy_process_group`` in torch 2.13.
+TORCH_MODULE_THAT_PINS_THE_GROUP = "torch._inductor"
 
 
 class DistributedError(RuntimeError):
@@ -72,6 +75,11 @@ def init_process_group(timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None
             "distributed=True needs a process group: launch with torchrun (which sets RANK and WORLD_SIZE), or call "
             "torch.distributed.init_process_group before building the model"
         )
+    # When torch._inductor is first imported after the group exists (building any optimizer imports it), the group
+    # survives destroy_process_group: its gloo threads run on into the interpreter's exit, where one that drops the
+    # last reference to a tensor aborts the process ("terminate called without an active exception"). Imported
+    # first, the group is freed and its threads joined by destroy_process_group.
+    importlib.import_module(TORCH_MODULE_THAT_PINS_THE_GROUP)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds))
 
