@@ -33,8 +33,8 @@ def _end_rank(destroy=True):
     Every rank main ends here, after writing its results. torch 2.13 keeps gloo's worker threads running past
     ``destroy_process_group`` once ``torch._inductor`` has been imported after ``init_process_group`` (building an
     optimizer imports it). A worker that drops the last reference to a Python tensor while the interpreter finalizes
-    takes the GIL and aborts the process ("terminate called without an active exception"): on a loaded machine, one
-    ``mp.spawn`` in ten failed with SIGABRT after every assertion had its data. ``os._exit`` skips that teardown.
+    takes the GIL and aborts the process ("terminate called without an active exception") after every assertion had
+    its data; ``benchmarks/distributed_exit.py`` measures how often. ``os._exit`` skips that teardown.
 
     :param destroy: destroy the process group first (not after a collective timed out, where it may block)
     """
