@@ -2,6 +2,10 @@
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,8 @@ TINY_CONF = """CartPole-v1:
 BUDGET = 256
 EVAL_FREQ = 128
 PNG_MAGIC = b"\x89PNG"
+#: How long the screen-batch test waits for its four tiny runs (they take seconds).
+SCREEN_BATCH_PATIENCE_S = 300
 
 
 def _args(tmp_path, seeds):
@@ -276,3 +282,27 @@ def test_report_command_refreshes_the_docs_and_copies_the_figures(tmp_path, caps
     assert "# Final return" in capsys.readouterr().out
     assert (figures / "Pendulum-v1.png").read_bytes() == (folder / "Pendulum-v1.png").read_bytes()
     assert "| Pendulum-v1 | -150.5 [" in doc.read_text(encoding="utf-8")
+
+
+def test_screen_batch_runs_each_candidate_detached_and_copies_its_runs(tmp_path):
+    """``benchmarks/screen_batch.sh`` starts one matrix per batch line (one worker per seed) and ``wait`` copies each
+    finished ``runs.jsonl`` out under the folder's name."""
+    repository = Path(__file__).parents[1]
+    conf = tmp_path / "tiny.yml"
+    conf.write_text(TINY_CONF, encoding="utf-8")
+    batch = tmp_path / "batch.txt"
+    lines = ["# ALGO ENV CANDIDATE_FILE OUT_FOLDER", f"npg_trpo CartPole-v1 {conf} {tmp_path / 'a'}", ""]
+    batch.write_text("\n".join([*lines, f"npg CartPole-v1 {conf} {tmp_path / 'b'}", ""]), encoding="utf-8")
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    script = repository / "benchmarks" / "screen_batch.sh"
+    env = os.environ | {"PYTHON": sys.executable, "EVAL_FREQ": str(EVAL_FREQ)}
+    subprocess.run([script, "start", batch, "0,1", str(BUDGET)], cwd=repository, env=env, check=True)
+    waited = subprocess.run(
+        [script, "wait", batch, str(SCREEN_BATCH_PATIENCE_S), copies], cwd=repository, env=env, check=True, capture_output=True
+    )
+    assert "still running: \n" in waited.stdout.decode()
+    for algo, folder in (("npg_trpo", "a"), ("npg", "b")):
+        runs = [json.loads(line) for line in _lines(copies / f"{folder}.jsonl")]
+        assert sorted(run["seed"] for run in runs) == [0, 1]
+        assert {run["algo"] for run in runs} == {algo} and all(run["hyperparams"]["n_steps"] == 64 for run in runs)
