@@ -1,8 +1,10 @@
 """The comparison matrix (benchmarks.compare) and its report (benchmarks.report) on a tiny budget."""
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -285,24 +287,34 @@ def test_report_command_refreshes_the_docs_and_copies_the_figures(tmp_path, caps
 
 
 def test_screen_batch_runs_each_candidate_detached_and_copies_its_runs(tmp_path):
-    """``benchmarks/screen_batch.sh`` starts one matrix per batch line (one worker per seed) and ``wait`` copies each
-    finished ``runs.jsonl`` out under the folder's name."""
+    """``benchmarks/screen_batch.sh`` starts one detached matrix per batch line with the budget and schedule given,
+    each writes its exit status when it ends, and ``wait`` copies each ``runs.jsonl`` out under the folder's name."""
     repository = Path(__file__).parents[1]
     conf = tmp_path / "tiny.yml"
     conf.write_text(TINY_CONF, encoding="utf-8")
+    folders = {"npg_trpo": tmp_path / "a", "npg": tmp_path / "b"}
+    lines = ["# ALGO ENV CANDIDATE_FILE OUT_FOLDER", "  # an indented comment", ""]
+    lines += [f"{algo} CartPole-v1 {conf} {folder}" for algo, folder in folders.items()]
     batch = tmp_path / "batch.txt"
-    lines = ["# ALGO ENV CANDIDATE_FILE OUT_FOLDER", f"npg_trpo CartPole-v1 {conf} {tmp_path / 'a'}", ""]
-    batch.write_text("\n".join([*lines, f"npg CartPole-v1 {conf} {tmp_path / 'b'}", ""]), encoding="utf-8")
+    batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
     copies = tmp_path / "copies"
     copies.mkdir()
     script = repository / "benchmarks" / "screen_batch.sh"
-    env = os.environ | {"PYTHON": sys.executable, "EVAL_FREQ": str(EVAL_FREQ)}
-    subprocess.run([script, "start", batch, "0,1", str(BUDGET)], cwd=repository, env=env, check=True)
-    waited = subprocess.run(
-        [script, "wait", batch, str(SCREEN_BATCH_PATIENCE_S), copies], cwd=repository, env=env, check=True, capture_output=True
-    )
+    env = os.environ | {"PYTHON": sys.executable, "EVAL_FREQ": str(EVAL_FREQ), "POLL_SECONDS": "1"}
+    try:
+        subprocess.run([script, "start", batch, "0,1", str(BUDGET)], cwd=repository, env=env, check=True)
+        waited = subprocess.run(
+            [script, "wait", batch, str(SCREEN_BATCH_PATIENCE_S), copies], cwd=repository, env=env, capture_output=True
+        )
+    finally:
+        for folder in folders.values():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                os.killpg(int((folder / "screen_batch.pid").read_text()), signal.SIGKILL)
+    assert waited.returncode == 0, waited.stdout.decode()
     assert "still running: \n" in waited.stdout.decode()
-    for algo, folder in (("npg_trpo", "a"), ("npg", "b")):
-        runs = [json.loads(line) for line in _lines(copies / f"{folder}.jsonl")]
+    for algo, folder in folders.items():
+        assert (folder / "screen_batch.rc").read_text().strip() == "0"
+        runs = [json.loads(line) for line in _lines(copies / f"{folder.name}.jsonl")]
         assert sorted(run["seed"] for run in runs) == [0, 1]
         assert {run["algo"] for run in runs} == {algo} and all(run["hyperparams"]["n_steps"] == 64 for run in runs)
+        assert all(run["timesteps"] == BUDGET and run["eval_freq"] == EVAL_FREQ for run in runs)
