@@ -13,8 +13,9 @@ A normalized score is ``(return - random) / (reference - random)``: 0 for a unif
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -48,12 +49,29 @@ class Interval(NamedTuple):
     high: float
 
 
+@contextlib.contextmanager
+def _seeded_global_numpy() -> Iterator[None]:
+    """
+    NumPy's global generator seeded with ``BOOTSTRAP_SEED`` inside the block, and restored after it.
+
+    ``rliable``'s resamplers draw their indices from the global generator (``np.random.choice`` in
+    ``StratifiedBootstrap`` and ``create_performance_profile``), not from the ``random_state`` they are given: without
+    this, two tables of the same runs in one report get different intervals.
+    """
+    state = np.random.get_state()
+    np.random.seed(BOOTSTRAP_SEED)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
 def _interval_estimates(
     scores: Mapping[str, np.ndarray], statistic: Callable[[np.ndarray], np.ndarray], reps: int = BOOTSTRAP_REPS
 ) -> Any:
     """``rliable``'s stratified bootstrap of ``statistic``, seeded (its ``random_state`` is deprecated by ``arch``,
     which it still passes to: the warning says nothing about the results)."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _seeded_global_numpy():
         warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
         return rly.get_interval_estimates(
             scores,
@@ -140,6 +158,6 @@ def performance_profiles(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, 
     """
     values = np.concatenate([matrix.ravel() for matrix in scores.values()])
     taus = np.linspace(values.min(), values.max(), PROFILE_POINTS)
-    np.random.seed(BOOTSTRAP_SEED)  # create_performance_profile takes no random state: it draws from NumPy's
-    fractions, bands = rly.create_performance_profile(scores, taus, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE)
+    with _seeded_global_numpy():  # create_performance_profile takes no random state
+        fractions, bands = rly.create_performance_profile(scores, taus, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE)
     return taus, fractions, bands

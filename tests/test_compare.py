@@ -318,3 +318,16 @@ def test_screen_batch_runs_each_candidate_detached_and_copies_its_runs(tmp_path)
         assert sorted(run["seed"] for run in runs) == [0, 1]
         assert {run["algo"] for run in runs} == {algo} and all(run["hyperparams"]["n_steps"] == 64 for run in runs)
         assert all(run["timesteps"] == BUDGET and run["eval_freq"] == EVAL_FREQ for run in runs)
+
+
+def test_bootstrap_intervals_are_the_same_whatever_numpys_global_generator_did_before():
+    """rliable resamples with NumPy's global generator: a report's two tables of the same runs must agree."""
+    rng = np.random.default_rng(3)
+    scores = {"npg": rng.normal(1.0, 0.3, size=(5, 4)), "trpo": rng.normal(0.9, 0.4, size=(10, 4))}
+    first = reliable.iqm_intervals(scores)
+    np.random.seed(12345)
+    np.random.random(1000)
+    assert reliable.iqm_intervals(scores) == first
+    state = np.random.get_state()[1].copy()
+    reliable.performance_profiles(scores)
+    assert (np.random.get_state()[1] == state).all(), "the caller's global generator was left reseeded"
