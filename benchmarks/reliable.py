@@ -159,5 +159,7 @@ def performance_profiles(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, 
     values = np.concatenate([matrix.ravel() for matrix in scores.values()])
     taus = np.linspace(values.min(), values.max(), PROFILE_POINTS)
     with _seeded_global_numpy():  # create_performance_profile takes no random state
-        fractions, bands = rly.create_performance_profile(scores, taus, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE)
+        fractions, bands = rly.create_performance_profile(
+            scores, taus, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE
+        )
     return taus, fractions, bands

@@ -8,7 +8,8 @@ and one column per algorithm, the best mean of each row in bold and the RL Zoo's
 intervals, and across each group of tasks the IQM of normalized scores (``benchmarks/reliable.py``, with ``rliable``);
 the MuJoCo goals, met or not (:func:`goals_table`); then the cost of each run (wall time, steps per second, share of
 time in ``train()``) and each seed's result. Writes
-``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95% confidence band, one line per algorithm; and
+``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95% confidence band, one line per algorithm;
+``DIR/curves_<group>.png``: the curves of each group of tasks (``reliable.TASK_GROUPS``) side by side; and
 ``DIR/profile_<group>.png``: the performance profile of each group of tasks that every algorithm shown ran.
 
 Only the runs of each cell's latest protocol are reported (budget, evaluation schedule and settings of the last run
@@ -51,6 +52,8 @@ BAND_ALPHA = 0.2
 LINE_STYLES = ("-", "--", "-.", ":")
 FIGURE_SIZE = (6.4, 4.0)
 FIGURE_DPI = 100
+#: Panels per row of a group's figure of curves.
+GRID_COLUMNS = 2
 
 
 def _algos(runs: list[dict[str, Any]]) -> list[str]:
@@ -321,9 +324,8 @@ def common_curves(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return steps, np.array([[curve[step] for step in steps] for curve in curves])
 
 
-def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
-    """One figure: each algorithm's mean evaluation curve over seeds with a +-1 std band."""
-    figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
+def _draw_env(axes: Any, env_id: str, runs: list[dict[str, Any]]) -> None:
+    """Each algorithm's evaluation curve on ``env_id``, IQM over seeds with a 95% band, on ``axes``."""
     groups = _by(runs, "algo")
     for index, algo in enumerate(_algos(runs)):
         rows = groups[(algo,)]
@@ -337,9 +339,39 @@ def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
     axes.set_xlabel("environment steps")
     axes.set_ylabel("evaluation return, IQM over seeds, 95% CI")
     axes.legend()
+
+
+def plot_env(env_id: str, runs: list[dict[str, Any]], path: Path) -> None:
+    """One figure: each algorithm's evaluation curve over seeds, IQM with a 95% confidence band."""
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
+    _draw_env(axes, env_id, runs)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+
+
+def plot_group_curves(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """Per group of tasks with runs, one figure of the curves of all its tasks side by side (the README's)."""
+    paths = []
+    by_env = _by(runs, "env_id")
+    for group, tasks in reliable.TASK_GROUPS.items():
+        present = [task for task in tasks if (task,) in by_env]
+        if not present:
+            continue
+        rows = -(-len(present) // GRID_COLUMNS)
+        width, height = FIGURE_SIZE
+        size = (width * GRID_COLUMNS, height * rows)
+        figure, grid = plt.subplots(rows, GRID_COLUMNS, figsize=size, dpi=FIGURE_DPI, squeeze=False)
+        panels = list(grid.flat)
+        for axes, task in zip(panels[: len(present)], present, strict=True):
+            _draw_env(axes, task, by_env[(task,)])
+        for axes in panels[len(present) :]:
+            axes.set_visible(False)
+        figure.tight_layout()
+        paths.append(folder / f"curves_{group.replace(' ', '_')}.png")
+        figure.savefig(paths[-1])
+        plt.close(figure)
+    return paths
 
 
 def write_report(folder: Path) -> Path:
@@ -349,6 +381,7 @@ def write_report(folder: Path) -> Path:
         raise ValueError(f"no runs in {folder / RUNS_FILE}: run python -m benchmarks.compare --out {folder} first")
     for env_id, rows in _by(runs, "env_id").items():
         plot_env(env_id[0], rows, folder / f"{env_id[0]}.png")
+    plot_group_curves(runs, folder)
     plot_profiles(runs, folder)
     report = folder / RESULTS_FILE
     report.write_text(

@@ -331,3 +331,26 @@ def test_bootstrap_intervals_are_the_same_whatever_numpys_global_generator_did_b
     state = np.random.get_state()[1].copy()
     reliable.performance_profiles(scores)
     assert (np.random.get_state()[1] == state).all(), "the caller's global generator was left reseeded"
+
+
+def test_group_curves_draw_each_task_of_a_group_with_runs_in_the_groups_order(tmp_path, monkeypatch):
+    curve = [[500, 1.0, 0.0], [1000, 2.0, 0.0]]
+    runs = [
+        {**_run(algo, seed, 2.0, curve), "env_id": env_id}
+        for env_id in ("Swimmer-v5", "HalfCheetah-v5", "Pendulum-v1", "Unlisted-v0")
+        for algo in ("npg", "trpo")
+        for seed in (0, 1)
+    ]
+    drawn = []
+    draw = report._draw_env
+
+    def record(axes, env_id, rows):
+        drawn.append((env_id, len(rows)))
+        draw(axes, env_id, rows)
+
+    monkeypatch.setattr(report, "_draw_env", record)
+    paths = report.plot_group_curves(runs, tmp_path)
+    assert paths == [tmp_path / "curves_MuJoCo.png", tmp_path / "curves_classic_control.png"]
+    assert all(path.read_bytes()[:4] == PNG_MAGIC for path in paths)
+    # the group's order (HalfCheetah before Swimmer), only tasks with runs, each with all of its runs
+    assert drawn == [("HalfCheetah-v5", 4), ("Swimmer-v5", 4), ("Pendulum-v1", 4)]
