@@ -291,6 +291,21 @@ def test_zoo_target_kl_refuses_other_strings_naming_the_option(value):
         zoo_target_kl(value)
 
 
+@pytest.mark.parametrize("sb3_contrib_settings", [False, True])
+@pytest.mark.parametrize("algo", ZOO_NAMES)
+def test_every_shipped_target_kl_is_a_radius_or_a_schedule_of_positive_radii(algo, sb3_contrib_settings):
+    """A typo in a shipped entry (``lin_0.06_0,02``) would fail only when a user trains that environment."""
+    entries = yaml.safe_load(hyperparams_path(algo, sb3_contrib_settings).read_text(encoding="utf-8"))
+    scheduled = 0
+    for env_id, entry in entries.items():
+        target_kl = zoo_target_kl(entry.get("target_kl", 0.01))
+        if isinstance(target_kl, LinearSchedule):
+            scheduled += 1
+            target_kl = min(target_kl(1.0), target_kl(0.0))
+        assert isinstance(target_kl, float) and target_kl > 0, env_id
+    assert scheduled >= (0 if sb3_contrib_settings else 1), "our files ship a schedule (Walker2d-v5)"
+
+
 def test_only_our_algorithms_target_kl_strings_are_converted():
     assert zoo_target_kl(0.02) == 0.02  # numbers (and schedules from Python configs) pass unchanged
     preprocess = _converting_target_kl(lambda manager, hyperparams: hyperparams)
