@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import sb3_contrib
 import torch
+import yaml
 from gymnasium import spaces
 
 from benchmarks import bench_fisher, bench_learn
@@ -286,3 +287,32 @@ def test_screen_pairs_candidates_by_seed_and_averages_only_the_seeds_every_candi
         "| Hopper-v5 | 1500.0 (2) | 3000.0 (1) |",
         "| Walker2d-v5 | 9.0 (1) | - |",
     ]
+
+
+#: The tag of YAML's ``<<`` merge key, which shipped files use to share one set of defaults between entries.
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping, where PyYAML keeps the last silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        keys = [self.construct_object(key, deep=True) for key, _ in node.value if key.tag != MERGE_TAG]
+        repeated = sorted({str(key) for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise yaml.constructor.ConstructorError(None, None, f"keys given twice: {repeated}", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+ZOO_FILES = sorted((REPOSITORY / "benchmarks" / "zoo_candidates").glob("*.yml")) + sorted(
+    hyperparams_path("npg").parent.glob("*.yml")
+)
+
+
+@pytest.mark.parametrize("path", ZOO_FILES, ids=lambda path: path.name)
+def test_every_zoo_file_gives_each_environment_once_and_as_a_mapping_of_settings(path):
+    """A line pasted into a candidate's header (a second ``HalfCheetah-v5:`` once) still loads, since PyYAML keeps the
+    last of two equal keys: the file would then say one thing and run another, unnoticed."""
+    entries = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    assert entries
+    assert all(isinstance(settings, dict) for settings in entries.values())
