@@ -316,3 +316,26 @@ def test_every_zoo_file_gives_each_environment_once_and_as_a_mapping_of_settings
     entries = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     assert entries
     assert all(isinstance(settings, dict) for settings in entries.values())
+
+
+FULL_STEP_TASKS = ("Acrobot-v1", "LunarLanderContinuous-v3", "Walker2d-v5")
+
+
+@pytest.mark.parametrize("env_id", FULL_STEP_TASKS)
+def test_matrix_npg_and_trpo_draw_the_same_curve_where_docs_say_every_full_step_was_accepted(env_id):
+    """docs/guide/algorithms.md names these tasks: with equal settings, NPG's full steps are TRPO's accepted steps, so
+    the matrix's current runs of both must agree evaluation for evaluation on every shared seed."""
+    from benchmarks.report import current_runs
+
+    runs = current_runs(read_jsonl(REPOSITORY / "benchmarks" / "results" / "compare" / "runs.jsonl"))
+    by_seed = {
+        algo: {run["seed"]: run for run in runs if run["algo"] == algo and run["env_id"] == env_id}
+        for algo in ("npg", "npg_trpo")
+    }
+    shared = sorted(by_seed["npg"].keys() & by_seed["npg_trpo"].keys())
+    assert shared, f"{env_id}: no seed run by both"
+    for seed in shared:
+        npg, trpo = by_seed["npg"][seed], by_seed["npg_trpo"][seed]
+        assert npg["hyperparams"] == trpo["hyperparams"], f"{env_id} seed {seed}: settings differ"
+        assert npg["curve"] == trpo["curve"], f"{env_id} seed {seed}"
+    assert env_id in (REPOSITORY / "docs" / "guide" / "algorithms.md").read_text(encoding="utf-8")
