@@ -323,8 +323,9 @@ FULL_STEP_TASKS = ("Acrobot-v1", "LunarLanderContinuous-v3", "Walker2d-v5")
 
 @pytest.mark.parametrize("env_id", FULL_STEP_TASKS)
 def test_matrix_npg_and_trpo_draw_the_same_curve_where_docs_say_every_full_step_was_accepted(env_id):
-    """docs/guide/algorithms.md and benchmarks/README.md name these tasks: with equal settings, NPG's full steps are TRPO's accepted steps, so
-    the matrix's current runs of both must agree evaluation for evaluation on every shared seed."""
+    """docs/guide/algorithms.md and benchmarks/README.md name these tasks: with equal settings, NPG's full steps are
+    TRPO's accepted steps, so the matrix's current runs of both must agree evaluation for evaluation on every shared
+    seed."""
     from benchmarks.report import current_runs
 
     runs = current_runs(read_jsonl(REPOSITORY / "benchmarks" / "results" / "compare" / "runs.jsonl"))
