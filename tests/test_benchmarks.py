@@ -172,7 +172,7 @@ def test_shipped_zoo_comments_state_the_verified_runs_and_every_required_entry_r
 SCREENED_COMMENT = re.compile(
     r"# screened(?: with npg_trpo)? \((?P<changes>.*)\) at 1M steps, seeds (?P<seeds>[\d/]+): "
     r"(?P<finals>[-\d. /]+), mean (?P<mean>[-\d.]+) "
-    r"\(.*; (?P<folder>benchmarks/results/compare_candidates/\w+)\)"
+    r"\(.*; (?P<folder>benchmarks/results/compare_candidates/[\w.-]+)\)"
 )
 
 
@@ -185,9 +185,10 @@ def test_screened_zoo_entries_quote_the_runs_of_exactly_their_settings(algo):
     lines = path.read_text(encoding="utf-8").splitlines()
     screened = 0
     for comment, entry in itertools.pairwise(lines):
-        match = SCREENED_COMMENT.match(comment)
-        if not match:
+        if not comment.startswith("# screened"):
             continue
+        match = SCREENED_COMMENT.match(comment)
+        assert match, f"a screened entry's comment the test cannot read: {comment[:80]}"
         env_id, screened = entry.rstrip(":"), screened + 1
         seeds = [int(seed) for seed in match["seeds"].split("/")]
         assert min(seeds) >= 100, "screening seeds are never the reported 0-9"
