@@ -341,3 +341,22 @@ def test_matrix_npg_and_trpo_draw_the_same_curve_where_docs_say_every_full_step_
         assert npg["hyperparams"] == trpo["hyperparams"], f"{env_id} seed {seed}: settings differ"
         assert npg["curve"] == trpo["curve"], f"{env_id} seed {seed}"
     assert env_id in (REPOSITORY / "docs" / "guide" / "algorithms.md").read_text(encoding="utf-8")
+
+
+#: The protocol's reported seeds per algorithm of ours (benchmarks/README.md, ``make bench-mujoco``).
+REPORTED_MUJOCO_SEEDS = {"npg_trpo": list(range(10)), "npg": list(range(5))}
+
+
+@pytest.mark.parametrize("algo", sorted(REPORTED_MUJOCO_SEEDS))
+def test_matrix_mujoco_rows_are_runs_of_the_shipped_entries_on_every_reported_seed(algo):
+    """The README's goals table reports "our shipped settings": each MuJoCo cell's current runs must have run exactly
+    the shipped file's entry on the protocol's seeds, so an entry changed without its rerun, or a partial rerun, fails."""
+    from benchmarks.reliable import TASK_GROUPS
+    from benchmarks.report import current_runs
+
+    runs = current_runs(read_jsonl(REPOSITORY / "benchmarks" / "results" / "compare" / "runs.jsonl"))
+    for env_id in TASK_GROUPS["MuJoCo"]:
+        cell = [run for run in runs if run["algo"] == algo and run["env_id"] == env_id]
+        assert sorted(run["seed"] for run in cell) == REPORTED_MUJOCO_SEEDS[algo], env_id
+        shipped = hyperparams_entry(hyperparams_path(algo), env_id)
+        assert [run["hyperparams"] for run in cell] == [shipped] * len(cell), f"{env_id}: not the shipped entry"
