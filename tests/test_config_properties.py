@@ -94,6 +94,7 @@ OPTIONS = {
     "fisher": _choice_option(("analytic", "autograd")),
     "fisher_sub_sampling_factor": _int_option(1, 6, 1),
     "critic_fit": _choice_option(("minibatch", "lbfgs")),
+    "normalize_value_targets": _bool_option(),
     "use_sde": _bool_option(),
     "sde_sample_freq": (st.integers(-1, 16), st.floats(allow_nan=True) | _wrong_type),
 }

@@ -21,7 +21,14 @@ from sb3_npg.common.vec_normalize_sync import combine_normalization
 
 N_SAMPLES = 256
 WORLD_SIZE = 2
-CASES = [(NPG, "CartPole-v1"), (NPG, "Pendulum-v1"), (TRPO, "CartPole-v1"), (TRPO, "Pendulum-v1")]
+#: (algorithm, environment, options): the value-target statistics must also be those of all ranks' returns.
+CASES = [
+    (NPG, "CartPole-v1", {}),
+    (NPG, "Pendulum-v1", {}),
+    (TRPO, "CartPole-v1", {}),
+    (TRPO, "Pendulum-v1", {}),
+    (TRPO, "Pendulum-v1", {"normalize_value_targets": True}),
+]
 BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
 #: The largest relative difference tolerated between the distributed and the single-process parameters.
 RELATIVE_TOLERANCE = 1e-6
@@ -45,7 +52,7 @@ def _end_rank(destroy=True):
     os._exit(0)
 
 
-def _settings(n_steps, distributed=False):
+def _settings(n_steps, distributed=False, **options):
     # The critic fits its whole (local) batch in one step per epoch, so its update does not depend on the shuffle.
     return {
         "n_steps": n_steps,
@@ -55,12 +62,13 @@ def _settings(n_steps, distributed=False):
         "seed": 0,
         "device": "cpu",
         "distributed": distributed,
+        **options,
     }
 
 
-def _fixed_batch(algo, env_id):
+def _fixed_batch(algo, env_id, options):
     """One rollout of N_SAMPLES steps from a seeded model, as arrays."""
-    model = algo("MlpPolicy", env_id, **_settings(N_SAMPLES))
+    model = algo("MlpPolicy", env_id, **_settings(N_SAMPLES, **options))
     _, callback = model._setup_learn(N_SAMPLES)
     model.collect_rollouts(model.env, callback, model.rollout_buffer, N_SAMPLES)
     return {field: getattr(model.rollout_buffer, field).copy() for field in BUFFER_FIELDS}
@@ -77,31 +85,36 @@ def _train_on(model, batch, rows):
     return torch.cat([param.detach().flatten() for param in model.policy.parameters()])
 
 
+def _buffers(model):
+    """The policy's buffers (the value-target statistics), by name."""
+    return {name: buffer.clone() for name, buffer in model.policy.named_buffers()}
+
+
 def _rank_main(rank, port, batches, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
     torch.set_num_threads(1)
     half = N_SAMPLES // WORLD_SIZE
     rows = slice(rank * half, (rank + 1) * half)
     results = []
-    for (algo, env_id), batch in zip(CASES, batches, strict=True):
-        model = algo("MlpPolicy", env_id, **_settings(half, distributed=True))
-        results.append(_train_on(model, batch, rows))
+    for (algo, env_id, options), batch in zip(CASES, batches, strict=True):
+        model = algo("MlpPolicy", env_id, **_settings(half, distributed=True, **options))
+        results.append((_train_on(model, batch, rows), _buffers(model)))
     if rank == 0:
         torch.save(results, out)
     _end_rank()
 
 
 def test_two_ranks_with_half_a_batch_each_make_the_single_process_update(tmp_path):
-    batches = [_fixed_batch(algo, env_id) for algo, env_id in CASES]
-    expected = [
-        _train_on(algo("MlpPolicy", env_id, **_settings(N_SAMPLES)), batch, slice(None))
-        for (algo, env_id), batch in zip(CASES, batches, strict=True)
-    ]
+    batches = [_fixed_batch(*case) for case in CASES]
+    models = [algo("MlpPolicy", env_id, **_settings(N_SAMPLES, **options)) for algo, env_id, options in CASES]
+    expected = [_train_on(model, batch, slice(None)) for model, batch in zip(models, batches, strict=True)]
     out = tmp_path / "rank0.pt"
     mp.spawn(_rank_main, args=(free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
-    for (algo, env_id), got, want in zip(CASES, torch.load(out), expected, strict=True):
+    for (algo, env_id, options), model, (got, got_buffers), want in zip(CASES, models, torch.load(out), expected, strict=True):
+        for name, buffer in _buffers(model).items():  # the statistics of both ranks' returns together
+            torch.testing.assert_close(got_buffers[name], buffer, msg=f"{algo.__name__} on {env_id}: {name}")
         start = torch.cat(
-            [p.detach().flatten() for p in algo("MlpPolicy", env_id, **_settings(N_SAMPLES)).policy.parameters()]
+            [p.detach().flatten() for p in algo("MlpPolicy", env_id, **_settings(N_SAMPLES, **options)).policy.parameters()]
         )
         assert not torch.equal(want, start), "the update must move the parameters"
         difference = float((got - want).norm() / want.norm())
@@ -294,6 +307,8 @@ UNEQUAL_SHARES = {0: 1, 1: 2}
 UNEQUAL_ROWS = 128
 #: The shuffle each rank's rollout buffer draws before the update (numpy's global generator, seeded per rank).
 SHUFFLE_SEED = {0: 11, 1: 12}
+#: The cases without critic options (there is no critic fit here).
+POLICY_CASES = [case for case in CASES if not case[2]]
 
 
 def _unequal_settings(sub_sampling_factor, n_steps=UNEQUAL_ROWS, distributed=False):
@@ -306,7 +321,7 @@ def _unequal_main(rank, port, batches, out):
     torch.set_num_threads(1)
     rows = slice(rank * UNEQUAL_ROWS, (rank + 1) * UNEQUAL_ROWS)
     results = []
-    for (algo, env_id), batch in zip(CASES, batches, strict=True):
+    for (algo, env_id, _), batch in zip(POLICY_CASES, batches, strict=True):
         model = algo("MlpPolicy", env_id, **_unequal_settings(UNEQUAL_SHARES[rank], distributed=True))
         np.random.seed(SHUFFLE_SEED[rank])
         results.append(_train_on(model, batch, rows))
@@ -326,15 +341,15 @@ def _policy_rows_of_each_rank():
 
 def test_ranks_with_unequal_policy_shares_make_the_update_of_one_process_on_all_their_samples(tmp_path):
     """128 samples on rank 0 and 64 on rank 1 weigh 2:1; an unweighted mean of the ranks would fail here."""
-    batches = [_fixed_batch(algo, env_id) for algo, env_id in CASES]
+    batches = [_fixed_batch(*case) for case in POLICY_CASES]
     rows = _policy_rows_of_each_rank()
     expected = [
         _train_on(algo("MlpPolicy", env_id, **_unequal_settings(1, n_steps=len(rows))), batch, rows)
-        for (algo, env_id), batch in zip(CASES, batches, strict=True)
+        for (algo, env_id, _), batch in zip(POLICY_CASES, batches, strict=True)
     ]
     out = tmp_path / "rank0.pt"
     mp.spawn(_unequal_main, args=(free_port(), batches, out), nprocs=WORLD_SIZE, join=True)
-    for (algo, env_id), got, want in zip(CASES, torch.load(out), expected, strict=True):
+    for (algo, env_id, _), got, want in zip(POLICY_CASES, torch.load(out), expected, strict=True):
         difference = float((got - want).norm() / want.norm())
         assert difference < RELATIVE_TOLERANCE, f"{algo.__name__} on {env_id}: relative difference {difference:.2e}"
 

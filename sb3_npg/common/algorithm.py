@@ -70,6 +70,7 @@ from sb3_npg.common.validation import (
     check_options,
     check_positive_or_schedule,
 )
+from sb3_npg.common.value_targets import NormalizedValueHead, install_value_head
 from sb3_npg.common.vec_normalize_sync import Moments
 
 SelfNaturalPolicyGradient = TypeVar("SelfNaturalPolicyGradient", bound="NaturalPolicyGradient")
@@ -181,6 +182,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         fisher: str = "analytic",
         fisher_sub_sampling_factor: int = 1,
         critic_fit: str = "minibatch",
+        normalize_value_targets: bool = False,
         distributed: bool = False,
         distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         rollout_collection: str = "fast",
@@ -221,6 +223,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         # The critic's fit.
         self.critic_fit, self.n_critic_updates, self.batch_size = critic_fit, n_critic_updates, batch_size
         self.max_grad_norm = max_grad_norm  # type: ignore[assignment]
+        self.normalize_value_targets = normalize_value_targets
         # Data-parallel training, and how rollouts are collected.
         self.distributed, self.distributed_timeout = distributed, distributed_timeout
         self.rollout_collection = rollout_collection
@@ -256,6 +259,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "fisher": partial(check_choice, choices=FISHER_PRODUCTS),
             "fisher_sub_sampling_factor": POSITIVE_INT,
             "critic_fit": partial(check_choice, choices=CRITIC_FITS),
+            "normalize_value_targets": check_bool,
             "normalize_advantage": check_bool,
             "use_sde": check_bool,
             "sde_sample_freq": check_integer,
@@ -292,6 +296,8 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
                 f"`fisher='analytic'` does not know the Fisher of {type(self.policy.action_dist).__name__}: "
                 "use fisher='autograd'"
             )
+        if self.normalize_value_targets:
+            install_value_head(self.policy)  # before the split: the critic's parameters are the head's
         self._actor_params, self._critic_params = split_actor_critic_parameters(self.policy)
         # The critic's optimizer covers the critic's own parameters only: the actor moves by natural steps.
         self.policy.optimizer = make_critic_optimizer(
@@ -339,6 +345,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "batch_size": self.batch_size,
             "n_critic_updates": self.n_critic_updates,
             "critic_fit": CRITIC_FITS.index(self.critic_fit),
+            "normalize_value_targets": int(self.normalize_value_targets),
             "normalize_advantage": int(self.normalize_advantage),
         }
 
@@ -365,7 +372,10 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""
         if self.n_critic_updates == 0:
             return WeightedMeans()
-        critic = CriticFit(self.policy, self._critic_params, self._reducer)
+        head = self.policy.value_net if isinstance(self.policy.value_net, NormalizedValueHead) else None
+        if head is not None:
+            head.add_targets(returns, self._reducer)
+        critic = CriticFit(self.policy, self._critic_params, self._reducer, head)
         if self.critic_fit == "lbfgs":
             return critic.lbfgs(observations, returns, self.n_critic_updates)
         return critic.minibatch_epochs(observations, returns, self.n_critic_updates, self.batch_size, self.max_grad_norm)
@@ -379,6 +389,9 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         values = self.rollout_buffer.values.flatten()
         returns = self.rollout_buffer.returns.flatten()
         self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        if isinstance(self.policy.value_net, NormalizedValueHead):
+            self.logger.record("train/value_target_mean", self.policy.value_net.target_mean.item(), exclude="stdout")
+            self.logger.record("train/value_target_std", self.policy.value_net.target_std.item(), exclude="stdout")
         log_std = getattr(self.policy, "log_std", None)
         if isinstance(log_std, torch.Tensor):
             self.logger.record("train/std", torch.exp(log_std.detach()).mean().item())

@@ -19,6 +19,7 @@ from sb3_npg.common.batches import Observations, select_rows
 from sb3_npg.common.clip import clip_grad_norm_, clip_grad_norm_on_device_, grad_norm
 from sb3_npg.common.distributed import Reducer
 from sb3_npg.common.stats import WeightedMeans
+from sb3_npg.common.value_targets import NormalizedValueHead
 
 #: ``critic_fit`` options: minibatch epochs with the policy's optimizer, or full-batch L-BFGS.
 CRITIC_FITS = ("minibatch", "lbfgs")
@@ -60,22 +61,34 @@ class CriticFit:
     :param policy: the actor-critic policy
     :param params: the critic's own parameters (the actor's, a shared extractor included, never move here)
     :param reducer: the model's reducer: the loss gradient is averaged over every rank's samples
+    :param value_head: with ``normalize_value_targets``, the policy's value layer: the loss is then measured in its
+        normalized units (``None``: in the returns' units)
     """
 
-    def __init__(self, policy: ActorCriticPolicy, params: list[torch.nn.Parameter], reducer: Reducer):
-        self.policy, self.params, self.reducer = policy, params, reducer
+    def __init__(
+        self,
+        policy: ActorCriticPolicy,
+        params: list[torch.nn.Parameter],
+        reducer: Reducer,
+        value_head: NormalizedValueHead | None = None,
+    ):
+        self.policy, self.params, self.reducer, self.value_head = policy, params, reducer, value_head
         # The same clip either way: decided on an accelerator without waiting for it, on a CPU with fewer operations.
         on_accelerator = params[0].device.type != "cpu"
         self._clip = clip_grad_norm_on_device_ if on_accelerator else clip_grad_norm_
 
     def loss_with_gradient(self, observations: Observations, returns: torch.Tensor) -> torch.Tensor:
         """
-        The value loss (mean squared error to the returns) on a batch; its gradient goes into the critic's ``.grad``.
+        The value loss (mean squared error to the returns, both normalized when the policy has a
+        :class:`~sb3_npg.common.value_targets.NormalizedValueHead`) on a batch; its gradient goes into the critic's
+        ``.grad``.
 
         :return: the loss, detached; in a distributed update the loss and the gradients are means over every rank's
             batch
         """
         values = self.policy.predict_values(observations).flatten()
+        if self.value_head is not None:
+            values, returns = self.value_head.normalized(values), self.value_head.normalized(returns)
         value_loss = F.mse_loss(values, returns)
         grads = torch.autograd.grad(value_loss, self.params, allow_unused=True)
         for param, grad in zip(self.params, grads, strict=True):

@@ -66,7 +66,7 @@ def running_statistics(vec_normalize: Any) -> dict[str, Any]:
     return named
 
 
-def _summed_over_ranks(reducer: Reducer, added: Moments) -> Moments:
+def summed_over_ranks(reducer: Reducer, added: Moments) -> Moments:
     """The moments of every rank's ``added`` samples together (count, sum and sum of squares in one collective)."""
     packed = torch.from_numpy(
         np.concatenate([[added.count], added.count * added.mean.ravel(), added.count * (added.var + added.mean**2).ravel()])
@@ -99,7 +99,7 @@ def combine_normalization(reducer: Reducer, vec_normalize: Any, base: dict[str, 
     for name, stats in running_statistics(vec_normalize).items():
         current = Moments(stats.mean, stats.var, stats.count)
         previous = base.get(name, Moments.empty_like(current))
-        total = previous.merged(_summed_over_ranks(reducer, current.without(previous)))
+        total = previous.merged(summed_over_ranks(reducer, current.without(previous)))
         stats.mean, stats.var, stats.count = total.mean.copy(), total.var.copy(), total.count
         combined[name] = total
     return combined

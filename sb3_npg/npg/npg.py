@@ -88,6 +88,12 @@ class NPG(NaturalPolicyGradient):
         ``max_grad_norm`` clip. ``"lbfgs"``: full-batch L-BFGS with a strong-Wolfe line search, at most
         ``n_critic_updates`` iterations, started afresh each update; the line search sets the step, so
         ``learning_rate``, ``batch_size`` and ``max_grad_norm`` do not apply to the critic
+    :param normalize_value_targets: Whether the critic learns the returns in units of their running mean and
+        standard deviation (over every rollout so far), its last layer rescaled whenever they change so that no value
+        changes (PopArt's preserved outputs, https://arxiv.org/abs/1602.07714); the critic's loss, and
+        ``train/value_loss``, are then in those units. The values the rollout and GAE use stay in the returns' units.
+        Needs a linear value layer (``policy.value_net``, as all of SB3's policies have); the statistics are buffers
+        of that layer, saved with the model
     :param distributed: Data-parallel training on ``torch.distributed`` (launch with ``torchrun``): each rank collects
         its own rollouts (seeded ``seed + rank``), and every mean an update computes (advantage statistics, surrogate
         gradient, Fisher-vector products, line-search surrogate and KL, critic gradients) is averaged over all ranks'

@@ -1,0 +1,95 @@
+"""Value-target normalization: the critic learns normalized returns, and no value changes when the statistics move."""
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
+from torch import nn
+
+from sb3_npg import TRPO
+from sb3_npg.common.batches import rollout_tensors
+from sb3_npg.common.distributed import Reducer
+from sb3_npg.common.value_targets import NormalizedValueHead
+from tests.test_algorithms import TINY, filled, logged
+
+NORMALIZED = {"normalize_value_targets": True}
+#: Returns far from the unit scale (a mean of -500 and a spread of 200, then 50 and 5), as undiscounted MuJoCo sums.
+TARGET_BATCHES = [(-500.0, 200.0, 100), (50.0, 5.0, 60)]
+
+
+def _values(model, observations):
+    with torch.no_grad():
+        return model.policy.predict_values(observations).flatten()
+
+
+def test_new_targets_move_the_statistics_and_leave_every_value_unchanged(algo):
+    model = algo("MlpPolicy", "Pendulum-v1", **{**TINY, **NORMALIZED})
+    head = model.policy.value_net
+    observations = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
+    untrained = _values(model, observations)  # empty statistics: the layer's own outputs
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(mean, std, size) for mean, std, size in TARGET_BATCHES]
+    head.add_targets(torch.as_tensor(batches[0], dtype=torch.float32), Reducer())
+    # The first returns set the statistics outright: the untrained outputs become normalized values.
+    torch.testing.assert_close(_values(model, observations), head.target_mean + head.target_std * untrained)
+    before = _values(model, observations)
+    for batch in batches[1:]:
+        head.add_targets(torch.as_tensor(batch, dtype=torch.float32), Reducer())
+        torch.testing.assert_close(_values(model, observations), before, rtol=1e-4, atol=1e-3)
+    everything = np.concatenate(batches).astype(np.float32)
+    assert head.target_mean.item() == pytest.approx(everything.mean(), rel=1e-5)
+    assert head.target_std.item() == pytest.approx(everything.std(), rel=1e-5)
+    assert head.target_count.item() == len(everything)
+
+
+def test_the_critic_fits_the_rollouts_returns_in_normalized_units(algo):
+    # A learning rate too small to move anything: the logged loss is the loss of the parameters the fit started from.
+    model = filled(algo, learning_rate=1e-12, n_critic_updates=1, **NORMALIZED)
+    rollout = rollout_tensors(model.rollout_buffer)
+    model.train()
+    head = model.policy.value_net
+    assert head.target_mean.item() == pytest.approx(rollout.returns.mean().item(), rel=1e-5)
+    assert head.target_std.item() == pytest.approx(rollout.returns.std(unbiased=False).item(), rel=1e-5)
+    normalized_error = head.normalized(_values(model, rollout.observations)) - head.normalized(rollout.returns)
+    assert logged(model, "value_loss") == pytest.approx(float(torch.mean(normalized_error**2)), rel=1e-3)
+    assert logged(model, "value_target_mean") == pytest.approx(head.target_mean.item())
+    assert logged(model, "value_target_std") == pytest.approx(head.target_std.item())
+
+
+def test_the_normalized_critic_starts_its_fit_at_the_returns_scale():
+    # Pendulum's returns are hundreds below zero. One update of small minibatch Adam steps from the unit scale leaves
+    # the values many spreads of the returns away from them (R^2 far below 0); in normalized units the first rollout
+    # puts the critic at their mean and spread, and the fit starts from there.
+    explained = {}
+    for normalize in (False, True):
+        model = filled(TRPO, normalize_value_targets=normalize)
+        rollout = rollout_tensors(model.rollout_buffer)
+        model._fit_critic(rollout.observations, rollout.returns)
+        squared_error = torch.mean((_values(model, rollout.observations) - rollout.returns) ** 2)
+        explained[normalize] = 1.0 - float(squared_error / rollout.returns.var())  # R^2: 0 for the returns' mean
+    assert explained[True] > -1.0 > explained[False], explained
+
+
+def test_a_saved_model_keeps_its_statistics_and_goes_on_learning(algo, tmp_path):
+    model = algo("MlpPolicy", "Pendulum-v1", **{**TINY, **NORMALIZED})
+    model.learn(2 * model.n_steps)
+    model.save(tmp_path / "model")
+    loaded = algo.load(tmp_path / "model", env=model.get_env())
+    head, loaded_head = model.policy.value_net, loaded.policy.value_net
+    assert isinstance(loaded_head, NormalizedValueHead)
+    for name in ("target_mean", "target_var", "target_count", "weight", "bias"):
+        assert torch.equal(getattr(loaded_head, name), getattr(head, name)), name
+    assert any(param is loaded_head.weight for param in loaded.critic_parameters)
+    loaded.learn(loaded.n_steps, reset_num_timesteps=False)
+    assert loaded_head.target_count.item() == 3 * model.n_steps
+
+
+class _DeepValuePolicy(ActorCriticPolicy):
+    def _build(self, lr_schedule):
+        super()._build(lr_schedule)
+        self.value_net = nn.Sequential(nn.Linear(self.mlp_extractor.latent_dim_vf, 1))
+
+
+def test_a_value_layer_that_is_not_linear_is_refused(algo):
+    with pytest.raises(ValueError, match="`normalize_value_targets=True` needs a linear value layer"):
+        algo(_DeepValuePolicy, "Pendulum-v1", **{**TINY, **NORMALIZED})
