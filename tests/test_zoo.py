@@ -18,6 +18,7 @@ from sb3_npg import NPG, TRPO
 from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path, register
 from sb3_npg.zoo.cli import SCRIPTS, SUMMARIES, USAGE_ERROR, main, through_this_cli, with_default_config
 from sb3_npg.zoo.registry import _converting_target_kl, zoo_target_kl
+from sb3_npg.common.value_targets import NormalizedValueHead
 from sb3_npg.zoo.samplers import SAMPLERS
 
 ZOO_NAMES = list(ZOO_ALGOS)
@@ -213,6 +214,7 @@ def test_samplers_give_valid_constructor_arguments(algo, env_id, n_actions):
         with pytest.warns(UserWarning) if hyperparams["batch_size"] > hyperparams["n_steps"] else _no_warning():
             model = ZOO_ALGOS[algo]("MlpPolicy", env, device="cpu", **hyperparams)
         assert model.target_kl == hyperparams["target_kl"]
+        assert isinstance(model.policy.value_net, NormalizedValueHead) == hyperparams["normalize_value_targets"]
         study.tell(trial, 0.0)
 
 

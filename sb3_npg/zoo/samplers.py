@@ -28,6 +28,7 @@ TARGET_KL_PER_DIMENSION = (1e-3, 0.1)
 CG_DAMPING_PER_DIMENSION = (1e-2, 0.5)
 FISHER_SUB_SAMPLING_FACTORS = (1, 5)
 CRITIC_FITS = ("minibatch", "lbfgs")
+NORMALIZE_VALUE_TARGETS = (False, True)
 LINE_SEARCH_SHRINKING_FACTORS = (0.6, 0.7, 0.8, 0.9)
 
 
@@ -62,6 +63,7 @@ def sample_npg_params(trial: optuna.Trial, n_actions: int, n_envs: int, addition
         "target_kl": trial.suggest_float("target_kl", *(dims * x for x in TARGET_KL_PER_DIMENSION), log=True),
         "fisher_sub_sampling_factor": trial.suggest_categorical("fisher_sub_sampling_factor", FISHER_SUB_SAMPLING_FACTORS),
         "critic_fit": trial.suggest_categorical("critic_fit", CRITIC_FITS),
+        "normalize_value_targets": trial.suggest_categorical("normalize_value_targets", NORMALIZE_VALUE_TARGETS),
         "net_arch": trial.suggest_categorical("net_arch", ["small", "medium"]),
         "activation_fn": trial.suggest_categorical("activation_fn", ["tanh", "relu"]),
     }
