@@ -1,11 +1,14 @@
 """Behaviour pinned across refactorings: the parameters after five updates equal those recorded by an earlier version.
 
-The recording (``tests/data/parameters_after_5_updates.pt``) holds, for each case below, every policy parameter after
-``learn(5 * n_steps)`` with seed 0, and the torch version and CPU capability it was made with. On the same torch
-and CPU capability the parameters must match bit for bit; elsewhere (other kernels may round differently) within
-:data:`OTHER_MACHINE_RTOL`.
+Each recording (``tests/data/parameters_after_5_updates_<CPU capability>.pt``) holds, for each case below, every policy
+parameter after ``learn(5 * n_steps)`` with seed 0, and the torch version and CPU capability it was made with. On the
+torch and CPU capability of a recording the parameters must match it bit for bit. Elsewhere (other kernels round
+differently) they must be within :data:`OTHER_MACHINE_RTOL` of the first recording, except the cases of
+:data:`ROUNDING_AMPLIFIERS`, whose steps turn a rounding difference into a different trajectory within five updates:
+those are skipped there, with a message saying how to record the machine.
 
-A change that is meant to change the update (a bug fix, a new default) re-records it, and says so in its commit:
+A change that is meant to change the update (a bug fix, a new default) re-records this machine's file, deletes the
+recordings it cannot remake (a machine of that CPU capability records it again), and says so in its commit:
 
     .venv/bin/python -m tests.test_regression --record
 """
@@ -21,7 +24,8 @@ import torch
 
 from sb3_npg import NPG, TRPO
 
-RECORDING = Path(__file__).parent / "data" / "parameters_after_5_updates.pt"
+RECORDINGS = Path(__file__).parent / "data"
+RECORDING_PREFIX = "parameters_after_5_updates_"
 UPDATES = 5
 TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
 #: Relative tolerance when the recording comes from another torch version or CPU capability.
@@ -42,6 +46,10 @@ CASES: dict[str, tuple[type, str, dict[str, Any]]] = {
     "npg-box-wide-step": (NPG, "Pendulum-v1", {"target_kl": 0.5, "cg_damping": 1e-3}),
     "trpo-box-line-search": (TRPO, "Pendulum-v1", {"target_kl": 0.5, "cg_damping": 1e-3, "line_search_shrinking_factor": 0.5}),
 }
+#: Cases whose wide steps, line search or L-BFGS critic amplify a rounding difference: on a machine with other kernels
+#: their parameters after five updates differ far beyond :data:`OTHER_MACHINE_RTOL` (AVX2 against AVX512), so only a
+#: recording of that machine checks them.
+ROUNDING_AMPLIFIERS = frozenset({"trpo-box-fast", "npg-box-wide-step", "trpo-box-line-search"})
 
 
 def parameters_after_updates(name: str) -> torch.Tensor:
@@ -56,27 +64,38 @@ def _machine() -> dict[str, str]:
     return {"torch": str(torch.__version__), "cpu_capability": str(torch.backends.cpu.get_cpu_capability())}
 
 
+def recording_path(machine: dict[str, str]) -> Path:
+    return RECORDINGS / f"{RECORDING_PREFIX}{machine['cpu_capability']}.pt"
+
+
 @pytest.fixture(scope="module")
 def recording() -> dict[str, Any]:
-    return torch.load(RECORDING, weights_only=True)
+    """This machine's recording if there is one, else the first by name."""
+    paths = sorted(RECORDINGS.glob(f"{RECORDING_PREFIX}*.pt"))
+    recordings = [torch.load(path, weights_only=True) for path in paths]
+    return next((each for each in recordings if each["machine"] == _machine()), recordings[0])
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_parameters_after_five_updates_equal_the_recording(name, recording):
     torch.set_num_threads(1)
+    same_machine = recording["machine"] == _machine()
+    if not same_machine and name in ROUNDING_AMPLIFIERS:
+        pytest.skip(f"{name} is checked only against a recording of this machine: python -m tests.test_regression --record")
     got, want = parameters_after_updates(name), recording["parameters"][name]
-    if recording["machine"] == _machine():
+    if same_machine:
         assert torch.equal(got, want), f"{name}: largest difference {float((got - want).abs().max()):.3g}"
     else:
         assert torch.allclose(got, want, rtol=OTHER_MACHINE_RTOL, atol=OTHER_MACHINE_RTOL * float(want.abs().max()))
 
 
 def record() -> None:
-    """Write the recording from the code as it is now."""
+    """Write this machine's recording from the code as it is now."""
     torch.set_num_threads(1)
-    RECORDING.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"machine": _machine(), "parameters": {name: parameters_after_updates(name) for name in CASES}}, RECORDING)
-    print(f"recorded {len(CASES)} cases in {RECORDING}")
+    path = recording_path(_machine())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"machine": _machine(), "parameters": {name: parameters_after_updates(name) for name in CASES}}, path)
+    print(f"recorded {len(CASES)} cases in {path}")
 
 
 if __name__ == "__main__":
