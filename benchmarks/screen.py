@@ -7,7 +7,7 @@ Each folder is the ``--out`` of one ``benchmarks.compare`` matrix (one candidate
 environment and seed: each candidate's final return with its best evaluation in brackets (``-`` where that run has
 not finished); then per environment the mean final return of each candidate over the seeds that every candidate has
 finished, so that a comparison is always over the same seeds; and each candidate's mean over all the seeds it has
-finished.
+finished. ``--seeds 100,101,...`` keeps only those seeds: a comparison made before seeds were added, repeated.
 """
 
 from __future__ import annotations
@@ -23,13 +23,20 @@ from benchmarks.common import RUNS_FILE, read_jsonl
 Result = tuple[float, float]
 
 
-def results(folders: list[Path]) -> dict[str, dict[tuple[str, int], Result]]:
-    """Candidate (folder name) -> (environment, seed) -> its run's final return and best evaluation."""
+def results(folders: list[Path], seeds: set[int] | None = None) -> dict[str, dict[tuple[str, int], Result]]:
+    """
+    Candidate (folder name) -> (environment, seed) -> its run's final return and best evaluation.
+
+    :param folders: the candidates' ``--out`` folders
+    :param seeds: only these seeds (``None``: every seed), to repeat a comparison made before more seeds were added
+    """
     table: dict[str, dict[tuple[str, int], Result]] = {}
     for folder in folders:
         runs: list[dict[str, Any]] = read_jsonl(folder / RUNS_FILE)
         table[folder.name] = {
-            (run["env_id"], run["seed"]): (run["final_return"], max(value for _, value, _ in run["curve"])) for run in runs
+            (run["env_id"], run["seed"]): (run["final_return"], max(value for _, value, _ in run["curve"]))
+            for run in runs
+            if seeds is None or run["seed"] in seeds
         }
     return table
 
@@ -78,7 +85,9 @@ def own_means_table(table: dict[str, dict[tuple[str, int], Result]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="the --out folders of the candidates' matrices")
-    table = results(parser.parse_args().folders)
+    parser.add_argument("--seeds", help="only these seeds, comma-separated (as benchmarks.compare takes them)")
+    args = parser.parse_args()
+    table = results(args.folders, None if args.seeds is None else {int(seed) for seed in args.seeds.split(",")})
     print("Final return (best evaluation) per seed\n")
     print(seeds_table(table))
     print("\nMean final return over the seeds every candidate has finished\n")

@@ -288,6 +288,9 @@ def test_screen_pairs_candidates_by_seed_and_averages_only_the_seeds_every_candi
         "| Hopper-v5 | 1500.0 (2) | 3000.0 (1) |",
         "| Walker2d-v5 | 9.0 (1) | - |",
     ]
+    # Only the seeds asked for: the comparison as it stood before seed 101 was added.
+    only_100 = screen.results([tmp_path / "shipped", tmp_path / "fast"], seeds={100})
+    assert screen.own_means_table(only_100).splitlines()[2] == "| Hopper-v5 | 1000.0 (1) | 3000.0 (1) |"
 
 
 #: The tag of YAML's ``<<`` merge key, which shipped files use to share one set of defaults between entries.
