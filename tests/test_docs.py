@@ -5,6 +5,7 @@ Examples run as written, in a temporary folder, with every ``learn()`` capped at
 every other option stay as the page gives them, so each still collects one rollout and makes one update).
 """
 
+import inspect
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch.distributed as dist
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from benchmarks.common import free_port
+from sb3_npg import NPG, TRPO
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -44,6 +46,27 @@ def test_docs_build_without_warnings(tmp_path):
     pytest.importorskip("myst_parser", reason="myst-parser is not installed (pip install -e '.[docs]')")
     pytest.importorskip("furo", reason="furo is not installed (pip install -e '.[docs]')")
     assert build.build_main(["-W", "--keep-going", "-b", "html", "-q", str(DOCS), str(tmp_path)]) == 0
+    api = (tmp_path / "api.html").read_text(encoding="utf-8")
+    for algo in (NPG, TRPO):
+        shown = _signature_on_page(api, f"sb3_npg.{algo.__name__}")
+        expected = {name: p.default for name, p in inspect.signature(algo).parameters.items()}
+        assert [name for name, _ in shown] == list(expected), f"the API page's signature of {algo.__name__}"
+        assert [name for name, default in shown if default is not None] == [
+            name for name, default in expected.items() if default is not inspect.Parameter.empty
+        ], f"the API page shows no default for some of {algo.__name__}'s parameters"
+
+
+def _signature_on_page(html: str, object_id: str) -> list[tuple[str, str | None]]:
+    """The parameters (name, default as shown or ``None``) of the signature Sphinx rendered for ``object_id``."""
+    start = html.index(f'id="{object_id}"')
+    signature = html[start : html.index("</dt>", start)]
+    parameters = []
+    for rendered in re.findall(r'<em class="sig-param">(.*?)</em>', signature, flags=re.DOTALL):
+        name = re.search(r'<span class="pre">(\w+)</span>', rendered)
+        default = re.search(r'<span class="default_value"><span class="pre">(.*?)</span>', rendered)
+        if name is not None:
+            parameters.append((name.group(1), default.group(1) if default else None))
+    return parameters
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ Where to change what (``docs/design.md`` has the whole map):
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping
 from functools import partial
@@ -114,18 +113,6 @@ FAST_SETTINGS: Mapping[str, Any] = MappingProxyType(
 )
 
 
-def _takers(options: list[str]) -> str:
-    """Which algorithms take all of ``options``, for the error of one that does not (``": TRPO accepts it"``)."""
-    takers = sorted(
-        algorithm.__name__
-        for algorithm in NaturalPolicyGradient.__subclasses__()
-        if set(options) <= set(inspect.signature(algorithm.__init__).parameters)
-    )
-    if not takers:
-        return ""
-    return f": {' and '.join(takers)} accept{'s' if len(takers) == 1 else ''} {'it' if len(options) == 1 else 'them'}"
-
-
 class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFormat, OnPolicyAlgorithm):
     """
     The shared base of :class:`~sb3_npg.NPG` and :class:`~sb3_npg.TRPO`: one natural-gradient step per policy
@@ -141,14 +128,6 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
     }
     policy: ActorCriticPolicy
     rollout_buffer: RolloutBuffer
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """Refuse a keyword the class does not take, naming the class (not this shared base) and those that take it."""
-        unknown = sorted(set(kwargs) - set(inspect.signature(cls.__init__).parameters))
-        if unknown:
-            names = ", ".join(map(repr, unknown))
-            raise TypeError(f"{cls.__name__}() got unexpected keyword argument(s) {names}{_takers(unknown)}")
-        return super().__new__(cls)
 
     def __init__(
         self,

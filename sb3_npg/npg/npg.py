@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from stable_baselines3.common.policies import BasePolicy
+import torch
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_npg.common.algorithm import NaturalPolicyGradient
+from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
 from sb3_npg.common.natural_step import StepOutcome, StepProposal
 from sb3_npg.npg.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -114,6 +118,82 @@ class NPG(NaturalPolicyGradient):
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
     }
+
+    def __init__(
+        self,
+        policy: str | type[ActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 1e-3,
+        n_steps: int = 2048,
+        batch_size: int = 128,
+        gamma: float = 0.99,
+        cg_max_steps: int = 15,
+        cg_damping: float = 0.1,
+        n_critic_updates: int = 10,
+        gae_lambda: float = 0.95,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        normalize_advantage: bool = True,
+        target_kl: float | Schedule = 0.01,
+        sub_sampling_factor: int = 1,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        *,
+        max_grad_norm: float | None = 0.5,
+        cg_residual_tol: float = 1e-10,
+        policy_batch_size: int | None = None,
+        fisher: str = "analytic",
+        fisher_sub_sampling_factor: int = 1,
+        critic_fit: str = "minibatch",
+        normalize_value_targets: bool = False,
+        distributed: bool = False,
+        distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        rollout_collection: str = "fast",
+        _init_setup_model: bool = True,
+    ):
+        # Spelled out, as SB3's algorithms do, so that ``help(NPG)``, IDEs and a wrong keyword's error name NPG.
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            gamma=gamma,
+            cg_max_steps=cg_max_steps,
+            cg_damping=cg_damping,
+            n_critic_updates=n_critic_updates,
+            gae_lambda=gae_lambda,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            normalize_advantage=normalize_advantage,
+            target_kl=target_kl,
+            sub_sampling_factor=sub_sampling_factor,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            max_grad_norm=max_grad_norm,
+            cg_residual_tol=cg_residual_tol,
+            policy_batch_size=policy_batch_size,
+            fisher=fisher,
+            fisher_sub_sampling_factor=fisher_sub_sampling_factor,
+            critic_fit=critic_fit,
+            normalize_value_targets=normalize_value_targets,
+            distributed=distributed,
+            distributed_timeout=distributed_timeout,
+            rollout_collection=rollout_collection,
+            _init_setup_model=_init_setup_model,
+        )
 
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
         """Take the full natural step and measure where it landed."""
