@@ -2,10 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build of torch is installed before the project, so pip never pulls a multi-GB CUDA build.
-# Override, e.g.: make test TORCH_SPEC="torch==2.9.1" TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+# torch is installed before the project by scripts/install_torch.sh: on Linux without an NVIDIA GPU the CPU build, from
+# PyTorch's CPU wheel index (pip's default index when that one does not answer within 5 s); otherwise pip's default
+# index (the CUDA build on Linux x86_64 with a GPU). TORCH_PIP_ARGS, when set (even empty), replaces that choice and
+# goes to pip as-is, e.g.: make test TORCH_SPEC="torch==2.9.1" TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_SPEC ?= torch==2.13.0
-TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
@@ -15,7 +16,11 @@ TEST_WORKERS ?= 2
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
+ifeq ($(origin TORCH_PIP_ARGS),undefined)
+	sh scripts/install_torch.sh $(BIN)/python "$(TORCH_SPEC)"
+else
 	$(BIN)/python -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+endif
 
 $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[$*]"
