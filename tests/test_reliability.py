@@ -400,6 +400,50 @@ def test_an_sb3_contrib_trpo_file_loads_with_its_policy_a_fresh_critic_optimizer
         NPG.load(tmp_path / "contrib.zip")
 
 
+#: Action spaces of several kinds, each with more than one component where it can have several.
+KL_SPACES = {
+    "discrete": spaces.Discrete(3),
+    "box": spaces.Box(-1.0, 1.0, (3,), np.float32),
+    "multi_discrete": spaces.MultiDiscrete([3, 2, 4]),
+    "multi_binary": spaces.MultiBinary(3),
+}
+
+
+@pytest.mark.parametrize("action", KL_SPACES)
+def test_the_conversion_factor_is_how_much_larger_our_kl_is_than_sb3_contribs(action):
+    """The factor is measured, not assumed: sb3-contrib's KL is the mean of SB3's ``kl_divergence`` (its train())."""
+    from stable_baselines3.common.distributions import kl_divergence
+
+    from sb3_npg.common.distributions import frozen_distribution, mean_kl
+    from sb3_npg.common.persistence import kl_components
+    from tests.test_integration import VECTOR, _SpacesEnv
+
+    model = TRPO("MlpPolicy", DummyVecEnv([lambda: _SpacesEnv(VECTOR, KL_SPACES[action])]), **TINY)
+    observations = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (64, 4)), dtype=torch.float32)
+    old = frozen_distribution(model.policy, observations)
+    with torch.no_grad():
+        for parameter in model.actor_parameters:
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    new = frozen_distribution(model.policy, observations)
+    ours, theirs = float(mean_kl(old, new)), float(kl_divergence(old, new).mean())
+    assert theirs > 1e-3
+    assert ours == pytest.approx(kl_components(model.action_space) * theirs, rel=1e-5)
+
+
+def test_an_sb3_contrib_multi_discrete_file_keeps_its_trust_region(tmp_path):
+    from sb3_contrib import TRPO as ContribTRPO
+
+    from tests.test_integration import VECTOR, _SpacesEnv
+
+    def env():
+        return DummyVecEnv([lambda: _SpacesEnv(VECTOR, KL_SPACES["multi_discrete"])])
+
+    ContribTRPO("MlpPolicy", env(), **TINY).save(tmp_path / "contrib.zip")
+    with pytest.warns(UserWarning, match=r"its KL equals ours on this action space, so target_kl 0\.01 and cg_damping"):
+        ours = TRPO.load(tmp_path / "contrib.zip", env=env(), device="cpu")
+    assert (ours.target_kl, ours.cg_damping) == (0.01, 0.1)
+
+
 def test_loading_a_file_from_a_newer_format_asks_for_an_upgrade(saved_trpo, tmp_path):
     newer = tmp_path / "newer.zip"
     _rewrite_data(saved_trpo, newer, lambda data: data[FORMAT_KEY].update(format_version=FORMAT_VERSION + 1))

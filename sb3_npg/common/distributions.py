@@ -22,8 +22,9 @@ def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
     """
     The mean over the batch of the true KL(old || new) between action distributions.
 
-    SB3's ``kl_divergence`` returns one value per action dimension (Box, MultiBinary) or per sub-action
-    (MultiDiscrete); those are independent, so the KL of the joint distribution is their sum.
+    SB3's ``kl_divergence`` returns one value per action dimension for Box and MultiBinary actions; those are
+    independent, so the KL of the joint distribution is their sum. (For MultiDiscrete actions it returns that sum over
+    the sub-actions already, one value per sample.)
 
     :param old: the frozen distribution (the behaviour policy, or a base point)
     :param new: the current distribution

@@ -285,11 +285,11 @@ class RecordedFormat(BaseAlgorithm):
 
 def kl_components(action_space: spaces.Space) -> int:
     """
-    How many independent components sb3-contrib averages its KL over: Box dimensions, MultiDiscrete sub-actions,
-    MultiBinary bits (1 for Discrete). Our KL is their sum, so it is this many times sb3-contrib's.
+    How many per-dimension KLs sb3-contrib averages where we sum them: the dimensions of a Box, the bits of a
+    MultiBinary (SB3's ``kl_divergence`` returns one value per dimension there, and sb3-contrib takes their mean).
+    SB3's ``kl_divergence`` already sums a MultiDiscrete action's sub-actions into one KL per sample, so there, as for
+    Discrete actions, sb3-contrib's KL equals ours: 1.
     """
-    if isinstance(action_space, spaces.MultiDiscrete):
-        return len(action_space.nvec)
     if isinstance(action_space, spaces.Box | spaces.MultiBinary):
         return int(np.prod(action_space.shape))
     return 1
@@ -329,18 +329,24 @@ def convert_sb3_contrib_trpo(model: BaseAlgorithm, path: PathLike) -> None:
 
     The policy weights are sb3-contrib's. The critic's optimizer starts fresh: sb3-contrib's covers every parameter,
     ours the critic's only. ``target_kl`` (a number, or a schedule given to ``load``) and ``cg_damping`` are
-    multiplied by :func:`kl_components`, which poses the same trust region and the same conjugate-gradient problem
-    with our summed KL. sb3-contrib saves ``max_grad_norm=0``, so the critic stays unclipped, as it was.
+    multiplied by :func:`kl_components` (the dimensions of a Box or MultiBinary action), which poses the same trust
+    region and the same conjugate-gradient problem with our summed KL. sb3-contrib saves ``max_grad_norm=0``, so the critic stays unclipped, as it was.
     """
     scale = kl_components(model.action_space)
     old_target, old_damping = model.target_kl, model.cg_damping  # type: ignore[attr-defined]
     new_target, new_damping = _scaled(old_target, scale), scale * old_damping
     model.target_kl, model.cg_damping = new_target, new_damping  # type: ignore[attr-defined]
+    if scale > 1:
+        region = (
+            f"sb3-contrib averages the KL over the {scale} action dimensions where we sum it, so target_kl "
+            f"{_shown(old_target)} -> {_shown(new_target)} and cg_damping {old_damping:g} -> {new_damping:g} keep its "
+            "trust region"
+        )
+    else:
+        region = f"its KL equals ours on this action space, so target_kl {_shown(old_target)} and cg_damping are kept"
     warnings.warn(
         f"{path} was saved by sb3-contrib's TRPO and converted: its policy weights are loaded and the critic's "
-        "optimizer starts fresh (sb3-contrib's covers every parameter, ours the critic's only). sb3-contrib averages "
-        f"the KL over the {scale} action component(s) where we sum it, so target_kl {_shown(old_target)} -> "
-        f"{_shown(new_target)} and cg_damping {old_damping:g} -> {new_damping:g} keep its trust region; "
+        f"optimizer starts fresh (sb3-contrib's covers every parameter, ours the critic's only); {region}; "
         "max_grad_norm stays as saved "
         f"({model.max_grad_norm!r}: no clip).",  # type: ignore[attr-defined]
         UserWarning,
