@@ -330,7 +330,8 @@ def convert_sb3_contrib_trpo(model: BaseAlgorithm, path: PathLike) -> None:
     The policy weights are sb3-contrib's. The critic's optimizer starts fresh: sb3-contrib's covers every parameter,
     ours the critic's only. ``target_kl`` (a number, or a schedule given to ``load``) and ``cg_damping`` are
     multiplied by :func:`kl_components` (the dimensions of a Box or MultiBinary action), which poses the same trust
-    region and the same conjugate-gradient problem with our summed KL. sb3-contrib saves ``max_grad_norm=0``, so the critic stays unclipped, as it was.
+    region and the same conjugate-gradient problem with our summed KL. sb3-contrib saves ``max_grad_norm=0``, so the
+    critic stays unclipped, as it was.
     """
     scale = kl_components(model.action_space)
     old_target, old_damping = model.target_kl, model.cg_damping  # type: ignore[attr-defined]
