@@ -222,6 +222,32 @@ def test_invalid_options_raise_value_error_naming_the_option(algo, option, value
         algo("MlpPolicy", "CartPole-v1", **{**TINY, option: value})
 
 
+#: Options as NumPy scalars, as a config computed with NumPy gives them.
+NUMPY_OPTIONS = {
+    "learning_rate": np.float32(1e-3),
+    "target_kl": np.float32(0.01),
+    "gamma": np.float64(0.98),
+    "cg_damping": np.float32(0.1),
+    "n_steps": np.int64(64),
+    "batch_size": np.int32(32),
+    "max_grad_norm": np.float32(0.5),
+    "normalize_advantage": np.bool_(True),
+}
+
+
+def test_numpy_scalars_are_taken_wherever_a_number_is(algo, tmp_path):
+    model = algo("MlpPolicy", "CartPole-v1", **{**TINY, **NUMPY_OPTIONS})
+    for name, value in NUMPY_OPTIONS.items():
+        assert type(getattr(model, name)) is type(value.item()) and getattr(model, name) == value.item(), name
+    model.learn(2 * TINY["n_steps"])  # np.float32 target_kl once failed here, in SB3's schedule of the first update
+    assert model.logger.name_to_value["train/target_kl"] == pytest.approx(0.01)
+    model.save(tmp_path / "model.zip")
+    loaded = algo.load(tmp_path / "model.zip", env=model.get_env(), target_kl=np.float32(0.02))
+    assert type(loaded.target_kl) is float
+    loaded.learn(TINY["n_steps"], reset_num_timesteps=False)
+    assert loaded.logger.name_to_value["train/target_kl"] == pytest.approx(0.02)
+
+
 @pytest.mark.parametrize(("option", "value"), [("line_search_shrinking_factor", 1.0), ("line_search_max_iter", 0)])
 def test_invalid_line_search_options(option, value):
     with pytest.raises(ValueError, match=f"`{option}`"):

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 #: A check of one option: called with the option's name and value, it raises a :class:`ConfigurationError`.
 OptionCheck = Callable[[str, Any], None]
 
@@ -163,7 +165,9 @@ OPTIONAL_POSITIVE_INT: OptionCheck = partial(check_optional_int, minimum=1)
 
 def check_options(owner: object, checks: dict[str, OptionCheck], exempt: frozenset[str] = frozenset()) -> None:
     """
-    Run ``checks`` on the options of ``owner`` in order; the first one outside its range raises.
+    Run ``checks`` on the options of ``owner`` in order; the first one outside its range raises. A NumPy scalar
+    (``np.float32(0.01)``, ``np.int64(2048)``, ``np.bool_(True)``) is replaced by the Python number it holds first, so
+    it is taken wherever a Python number is.
 
     :param owner: the object holding the options as attributes (``_name`` when ``name`` is not one)
     :param checks: option name -> its check
@@ -171,4 +175,9 @@ def check_options(owner: object, checks: dict[str, OptionCheck], exempt: frozens
     """
     for name, check in checks.items():
         if name not in exempt:
-            check(name, getattr(owner, name) if hasattr(owner, name) else getattr(owner, f"_{name}"))
+            attribute = name if hasattr(owner, name) else f"_{name}"
+            value = getattr(owner, attribute)
+            if isinstance(value, np.generic):  # np.float32(0.01) and the like: SB3's schedules take Python numbers only
+                value = value.item()
+                setattr(owner, attribute, value)
+            check(name, value)
