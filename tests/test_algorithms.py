@@ -17,7 +17,7 @@ from sb3_npg.common import actor_update
 from sb3_npg.common.batches import normalized_advantages, policy_sample, rollout_tensors, select_rows
 from sb3_npg.common.distributed import Reducer
 from sb3_npg.common.distributions import frozen_distribution, mean_kl
-from sb3_npg.common.natural_gradient import get_flat_params
+from sb3_npg.common.natural_gradient import fisher_vector_product, get_flat_params, set_flat_params_
 from sb3_npg.common.natural_step import StepProposal
 
 TINY = {"n_steps": 256, "batch_size": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
@@ -90,6 +90,25 @@ def test_npg_step_lands_at_target_kl(env_id, target_kl):
     expected = logged(model, "expected_improvement")
     assert expected > 0
     assert logged(model, "surrogate_improvement") == pytest.approx(expected, rel=0.25)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_the_full_step_puts_the_damped_quadratic_kl_model_at_target_kl(env_id):
+    """What the step is scaled by: ``1/2 step^T (F + cg_damping I) step == target_kl``, so the undamped model, which a
+    small step's KL follows, lands under ``target_kl`` (with the default damping)."""
+    model = filled(NPG, env_id)
+    before = get_flat_params(model.actor_parameters).clone()
+    model.train()
+    step = get_flat_params(model.actor_parameters) - before
+    set_flat_params_(model.actor_parameters, before)
+    observations = rollout_tensors(model.rollout_buffer).observations
+    kl = mean_kl(frozen_distribution(model.policy, observations), model.policy.get_distribution(observations))
+    undamped = 0.5 * float(step @ fisher_vector_product(kl, model.actor_parameters, damping=0.0)(step))
+    damped = undamped + 0.5 * model.cg_damping * float(step @ step)
+    assert damped == pytest.approx(model.target_kl, rel=1e-3)
+    assert undamped < 0.95 * model.target_kl
+    for algo in (NPG, TRPO):  # and the docs say so
+        assert "``1/2 step^T (F + cg_damping * I) step``, equals it" in " ".join((algo.__doc__ or "").split())
 
 
 def _kl_from_behaviour(model, train):

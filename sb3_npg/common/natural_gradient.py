@@ -6,9 +6,11 @@ Pure PyTorch functions with no Stable-Baselines3 imports, in the order of one na
 1. ``g = flat_grad(surrogate, actor_params)``: the policy gradient, in one ``autograd.grad`` call.
 2. ``F v`` through :func:`fisher_vector_product`: the Hessian of the mean KL at the base point (the Fisher
    matrix) times ``v``, by double backward through a KL gradient built once.
-3. ``s ~= F^-1 g`` by :func:`conjugate_gradient` from a zero start, which also gives ``s^T F s``.
-4. ``step = sqrt(2 * target_kl / s^T F s) * s`` by :func:`kl_scaled_step_size`, so that the quadratic model
-   of the KL, ``1/2 step^T F step``, equals ``target_kl``.
+3. ``s ~= (F + d I)^-1 g`` by :func:`conjugate_gradient` from a zero start (``d`` the damping), which also gives
+   the curvature ``s^T (F + d I) s``.
+4. ``step = sqrt(2 * target_kl / s^T (F + d I) s) * s`` by :func:`kl_scaled_step_size`, so that the damped quadratic
+   model of the KL, ``1/2 step^T (F + d I) step``, equals ``target_kl`` (the undamped model ``1/2 step^T F step`` is
+   lower by the damping's share of the curvature).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 import torch
 
 #: The quadratic model of the KL is ``KL(step) ~= 1/2 step^T F step``; solving ``KL = target_kl`` for the
-#: scale of ``s`` gives ``sqrt(QUADRATIC_KL_FACTOR * target_kl / s^T F s)``.
+#: scale of ``s`` gives ``sqrt(QUADRATIC_KL_FACTOR * target_kl / s^T F s)`` (with the damped ``F + d I`` in its place,
+#: as conjugate gradient gives it, the damped model equals ``target_kl``).
 QUADRATIC_KL_FACTOR = 2.0
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
@@ -174,7 +177,8 @@ def kl_scaled_step_size(curvature: float, target_kl: float) -> float:
     """
     The scale ``beta`` of a direction ``s`` such that the quadratic KL model of ``beta * s`` equals ``target_kl``.
 
-    :param curvature: ``s^T F s`` for the search direction ``s``
+    :param curvature: ``s^T A s`` for the search direction ``s``, with ``A`` the matrix of that model (the damped
+        ``F + d I`` where conjugate gradient solved with it)
     :param target_kl: the KL radius of the step
     :return: ``sqrt(2 * target_kl / curvature)``; ``nan`` when the curvature is not positive and finite
     """

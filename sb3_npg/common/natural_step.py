@@ -7,8 +7,8 @@ behaviour policy (the one that collected them) stays within ``target_kl``. A ste
    with the ratio against the behaviour policy's log-probabilities (the rollout's), and the mean KL from the
    behaviour policy. It measures the step's base point (with gradients) and every candidate (without).
 2. :func:`propose_step`: the surrogate's gradient ``g``, conjugate gradient on Fisher-vector products for
-   ``s ~= F^-1 g``, and the KL-scaled step ``sqrt(2 * target_kl / s^T F s) * s``; a non-finite or degenerate
-   quantity raises :class:`SkippedStep` and nothing is applied.
+   ``s ~= (F + d I)^-1 g`` (``d`` the damping), and the KL-scaled step ``sqrt(2 * target_kl / s^T (F + d I) s) * s``;
+   a non-finite or degenerate quantity raises :class:`SkippedStep` and nothing is applied.
 3. The algorithm's acceptance hook turns the :class:`StepProposal` into a :class:`StepOutcome`: NPG takes the full
    step, TRPO backtracks until the candidate is inside the :class:`TrustRegion`.
 
@@ -190,7 +190,8 @@ def _policy_gradient(
 
 
 def _scaled_step(direction: torch.Tensor, curvature: float, target_kl: float) -> torch.Tensor:
-    """``direction`` scaled so that the quadratic model of the KL equals ``target_kl``; refused when not finite."""
+    """``direction`` scaled so that the damped quadratic model of the KL (``curvature`` is ``s^T (F + d I) s``) equals
+    ``target_kl``; refused when not finite."""
     if not bool(torch.isfinite(direction).all()):
         raise SkippedStep("non_finite_direction", "the conjugate-gradient direction is not finite")
     step_size = kl_scaled_step_size(curvature, target_kl)

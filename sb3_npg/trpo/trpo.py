@@ -30,9 +30,9 @@ class TRPO(NaturalPolicyGradient):
 
     Takes every argument of ``sb3_contrib.TRPO``'s constructor, in its order and with its defaults, so its
     configurations run unchanged (the KL convention below differs: see ``target_kl``). The natural step
-    ``sqrt(2 * target_kl / s^T F s) * s`` is shrunk by ``line_search_shrinking_factor`` until the KL from the old
-    policy is at most ``target_kl`` and the surrogate objective improved; if no candidate passes, the old parameters
-    are kept.
+    ``sqrt(2 * target_kl / s^T (F + cg_damping * I) s) * s`` is shrunk by ``line_search_shrinking_factor`` until the
+    KL from the old policy is at most ``target_kl`` and the surrogate objective improved; if no candidate passes, the
+    old parameters are kept.
 
     Actor and critic parameters are found from the computation graph, not from names, so custom policies work.
     With a shared features extractor (``share_features_extractor=True``, the default of ``CnnPolicy``) the
@@ -62,12 +62,14 @@ class TRPO(NaturalPolicyGradient):
     :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it is selected from the observation space
     :param rollout_buffer_kwargs: Keyword arguments of the rollout buffer
     :param normalize_advantage: Whether to normalize the advantages over the rollout
-    :param target_kl: The KL radius of each natural step, > 0: the step is scaled so that the quadratic model
-        of the KL from the old policy equals it. It can be a function of the remaining progress (from 1 to 0), such
-        as SB3's ``LinearSchedule(0.03, 0.003, 1.0)``: each update uses its value then, which must be > 0 and finite
-        (``train/target_kl`` logs it). The KL is the true KL of the joint action distribution, summed
-        over action dimensions (sb3-contrib's TRPO averages it over them, so its ``target_kl`` on a d-dimensional
-        Box is d times looser)
+    :param target_kl: The KL radius of each natural step, > 0: the step is scaled so that the damped quadratic
+        model of the KL from the old policy, ``1/2 step^T (F + cg_damping * I) step``, equals it; the undamped model
+        ``1/2 step^T F step``, which a small step's KL follows, is lower by the damping's share of that curvature
+        (``train/kl_divergence`` reports the KL reached; a lower ``cg_damping`` brings it closer). It can be a
+        function of the remaining progress (from 1 to 0), such as SB3's ``LinearSchedule(0.03, 0.003, 1.0)``: each
+        update uses its value then, which must be > 0 and finite (``train/target_kl`` logs it). The KL is the true KL
+        of the joint action distribution, summed over action dimensions (sb3-contrib's TRPO averages it over them, so
+        its ``target_kl`` on a d-dimensional Box is d times looser)
     :param sub_sampling_factor: Use every n-th sample of the rollout for the whole policy update (gradient,
         Fisher products and line search), as sb3-contrib does; the critic always uses the full rollout
     :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
