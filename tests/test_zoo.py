@@ -1,11 +1,15 @@
 """RL Zoo integration: registration, the command-line wrapper (train, enjoy, optimize) and the Optuna samplers."""
 
 import importlib.metadata
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import gymnasium as gym
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -316,3 +320,47 @@ def test_only_our_algorithms_target_kl_strings_are_converted():
         assert isinstance(preprocess(SimpleNamespace(algo=name), hyperparams)["target_kl"], LinearSchedule)
     assert preprocess(SimpleNamespace(algo="trpo"), hyperparams) == hyperparams  # sb3-contrib's TRPO: untouched
     assert hyperparams["target_kl"] == "lin_0.03"  # the Zoo's dict (saved to config.yml) keeps the string
+
+
+def _monitor_log(run: Path) -> None:
+    """The ``Monitor`` file ``plot_train`` reads: 20 episodes of a CartPole-v1 run."""
+    run.mkdir(parents=True)
+    header = "#" + json.dumps({"t_start": 1700000000.0, "env_id": "CartPole-v1"})
+    rows = [f"{10.0 + i},{10 + i},{0.01 * i:.2f}" for i in range(20)]
+    (run / "0.monitor.csv").write_text("\n".join([header, "r,l,t", *rows]) + "\n")
+
+
+def _evaluations(run: Path) -> None:
+    """The ``evaluations.npz`` ``all_plots`` reads: 3 evaluations of 5 episodes."""
+    run.mkdir(parents=True)
+    results = np.arange(15, dtype=float).reshape(3, 5)
+    np.savez(run / "evaluations.npz", timesteps=np.array([100, 200, 300]), results=results, ep_lengths=results)
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "make_log", "figure"),
+    [
+        ("plot_train", ["--algo", "npg", "--env", "CartPole-v1", "-w", "5"], _monitor_log, "training-episodic-reward"),
+        ("all_plots", ["-a", "npg", "-e", "CartPole-v1"], _evaluations, "results-cartpole-v1"),
+    ],
+)
+def test_plots_without_a_display_are_saved_as_png_files_named_on_stdout(script, args, make_log, figure, tmp_path):
+    """Issue 35: the Zoo's ``plt.show()`` shows nothing without a display; the figure goes to a file instead."""
+    make_log(tmp_path / "logs" / "npg" / "CartPole-v1_1")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in {"DISPLAY", "WAYLAND_DISPLAY"}}
+    completed = subprocess.run(
+        [sys.executable, "-m", "sb3_npg.zoo", script, *args, "-f", str(tmp_path / "logs")],
+        env={**env, "MPLBACKEND": "Agg"},
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    png = out / f"{script}-{figure}.png"
+    assert [path.name for path in out.iterdir()] == [png.name]
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.stat().st_size > 1000
+    assert f"saved {png}" in completed.stdout

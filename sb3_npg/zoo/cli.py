@@ -8,15 +8,20 @@
 
 Every flag after the sub-command is the Zoo's own and means what it means there. One default differs: for our
 names, ``train`` reads our shipped hyperparameter file unless ``-conf``/``--conf-file`` is given (the Zoo's own files
-stay the default for its algorithms, sb3-contrib's ``trpo`` included).
+stay the default for its algorithms, sb3-contrib's ``trpo`` included). One behaviour differs: without a display
+(Matplotlib's backend is non-interactive: ``MPLBACKEND=Agg``, or no ``DISPLAY`` on Linux), ``plot_train``,
+``plot_from_file`` and ``all_plots`` save each figure they would show as a PNG in the current directory and print
+its path, where the Zoo would show nothing (see :func:`save_figures`).
 """
 
 from __future__ import annotations
 
+import re
 import runpy
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from sb3_npg.zoo.registry import ZOO_ALGOS, hyperparams_path, register
@@ -30,6 +35,8 @@ USAGE_ERROR = 2
 ZOO_DEFAULT_ALGO = "ppo"
 #: How the Zoo's ``record_training`` records each model: a fresh ``python`` from ``PATH``, which knows none of our names.
 ZOO_RECORD_VIDEO = ("python", "-m", "rl_zoo3.record_video")
+#: Matplotlib's built-in backends that cannot show a figure (``BackendFilter.NON_INTERACTIVE`` from Matplotlib 3.9).
+NON_INTERACTIVE_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"})
 
 
 def _function(module: str, name: str) -> Callable[[], None]:
@@ -73,15 +80,80 @@ def _record_training() -> None:
         subprocess.call = call
 
 
+def has_display() -> bool:
+    """
+    Whether Matplotlib can show figures here: its backend (as resolved: with no ``DISPLAY`` on Linux its automatic
+    choice is ``agg``) is not one of :data:`NON_INTERACTIVE_BACKENDS`.
+
+    :return: ``False`` where ``plt.show()`` would show nothing
+    """
+    import matplotlib
+
+    return matplotlib.get_backend().lower() not in NON_INTERACTIVE_BACKENDS
+
+
+def save_figures(prefix: str, directory: Path | None = None) -> list[Path]:
+    """
+    Save every open figure as ``<prefix>-<its label>.png`` (``<prefix>-figure-<number>.png`` without a label), then
+    close it; what the plotting sub-commands do instead of ``plt.show()`` without a display.
+
+    :param prefix: the start of each file name (the sub-command)
+    :param directory: where the files go (default: the current directory); an existing file of the same name is
+        replaced
+    :return: the paths written, absolute, in the order of the figures
+    """
+    from matplotlib import pyplot as plt
+
+    directory = Path.cwd() if directory is None else directory
+    paths: list[Path] = []
+    for number in plt.get_fignums():
+        figure = plt.figure(number)
+        label = re.sub(r"[^a-z0-9]+", "-", str(figure.get_label()).lower()).strip("-") or f"figure-{number}"
+        path = (directory / f"{prefix}-{label}.png").absolute()
+        if path in paths:
+            path = path.with_name(f"{prefix}-{label}-{number}.png")
+        figure.savefig(path)
+        plt.close(figure)
+        paths.append(path)
+    return paths
+
+
+def _saving_figures_without_display(name: str, run: Callable[[], None]) -> Callable[[], None]:
+    """A Zoo plotting script whose ``plt.show()`` saves the figures (:func:`save_figures`) when there is no display."""
+
+    def run_and_save() -> None:
+        from matplotlib import pyplot as plt
+
+        if has_display():
+            run()
+            return
+        show = plt.show
+
+        def save(*args: Any, **kwargs: Any) -> None:
+            for path in save_figures(name):
+                print(f"{PROG} {name}: no display (Matplotlib backend {plt.get_backend()!r}): saved {path}")
+
+        # The Zoo's scripts call ``plt.show``, looked up in the module at each call.
+        plt.show = save
+        try:
+            run()
+        finally:
+            plt.show = show
+
+    return run_and_save
+
+
 #: Sub-command -> the Zoo's script (a function, or a module that runs as ``__main__``).
 SCRIPTS: dict[str, Callable[[], None]] = {
     "train": _function("rl_zoo3.train", "train"),
     "enjoy": _function("rl_zoo3.enjoy", "enjoy"),
     "record_video": _module("rl_zoo3.record_video"),
     "record_training": _record_training,
-    "plot_train": _function("rl_zoo3.plots.plot_train", "plot_train"),
-    "plot_from_file": _function("rl_zoo3.plots.plot_from_file", "plot_from_file"),
-    "all_plots": _function("rl_zoo3.plots.all_plots", "all_plots"),
+    "plot_train": _saving_figures_without_display("plot_train", _function("rl_zoo3.plots.plot_train", "plot_train")),
+    "plot_from_file": _saving_figures_without_display(
+        "plot_from_file", _function("rl_zoo3.plots.plot_from_file", "plot_from_file")
+    ),
+    "all_plots": _saving_figures_without_display("all_plots", _function("rl_zoo3.plots.all_plots", "all_plots")),
 }
 
 #: Sub-command -> its one-line summary in ``--help`` (the same keys as :data:`SCRIPTS`).
@@ -100,7 +172,9 @@ HELP_DETAILS = f"""\
 Every flag after the sub-command is the RL Zoo's own and means what it means there
 ({PROG} <sub-command> --help lists them). One default differs: for npg and npg_trpo, train reads
 sb3-npg's shipped hyperparameter file unless -conf/--conf-file is given (the Zoo's own files stay
-the default for its algorithms, sb3-contrib's trpo included). python -m sb3_npg.zoo is the same command.
+the default for its algorithms, sb3-contrib's trpo included). Without a display (MPLBACKEND=Agg, or
+no DISPLAY on Linux), plot_train, plot_from_file and all_plots save each figure as a PNG in the current
+directory and print its path. python -m sb3_npg.zoo is the same command.
 
 examples:
   {PROG} train --algo npg --env CartPole-v1
