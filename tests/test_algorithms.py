@@ -1,6 +1,7 @@
 """The natural step itself: KL scaling, the line search, skipped steps, actor detection, policy batches."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -130,7 +131,29 @@ def test_trpo_with_policy_batches_stays_within_target_kl_of_the_behaviour_policy
     assert logged(model, "surrogate_improvement") > 0.0
 
 
+def test_npg_warns_at_construction_that_policy_batches_leave_the_trust_region():
+    with pytest.warns(UserWarning, match=r"NPG with `policy_batch_size`=64 takes 4 natural steps per update") as caught:
+        NPG("MlpPolicy", "Pendulum-v1", **{**TINY, "policy_batch_size": 64})
+    assert caught[0].filename == __file__  # the user's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        NPG("MlpPolicy", "Pendulum-v1", **{**TINY, "policy_batch_size": TINY["n_steps"]})  # one batch: one step
+        TRPO("MlpPolicy", "Pendulum-v1", **{**TINY, "policy_batch_size": 64})  # the line search bounds the KL
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+@pytest.mark.parametrize(("policy_batch_size", "factor"), [(None, TINY["n_steps"]), (None, 10_000), (32, 32)])
+def test_a_fisher_sub_sampling_factor_that_leaves_one_sample_is_refused(algo, policy_batch_size, factor):
+    options = {**TINY, "policy_batch_size": policy_batch_size, "fisher_sub_sampling_factor": factor}
+    with pytest.raises(ValueError, match=r"`fisher_sub_sampling_factor`=\d+ leaves one of the \d+ samples"):
+        algo("MlpPolicy", "Pendulum-v1", **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NPG's policy-batch warning
+        algo("MlpPolicy", "Pendulum-v1", **{**options, "fisher_sub_sampling_factor": (policy_batch_size or 256) - 1})
+
+
 @pytest.mark.parametrize("policy_batch_size", [64, 100])
+@pytest.mark.filterwarnings("ignore:NPG with `policy_batch_size`")
 def test_npg_with_policy_batches_logs_its_kl_from_the_behaviour_policy(policy_batch_size):
     model = filled(NPG, target_kl=1e-3, policy_batch_size=policy_batch_size)
     kl = _kl_from_behaviour(model, model.train)

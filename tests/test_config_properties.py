@@ -115,12 +115,23 @@ def configurations(draw, algo, invalid=None):
     env_kind = draw(st.sampled_from(sorted(ENVS)))
     if env_kind == "discrete":
         kwargs.pop("use_sde", None)  # gSDE on Discrete actions is drawn as invalid below
+    batch = _policy_batch(kwargs)
+    if kwargs.get("fisher_sub_sampling_factor", 1) > max(1, batch - 1):  # the Fisher needs 2 samples of each batch
+        kwargs["fisher_sub_sampling_factor"] = draw(st.integers(1, max(1, batch - 1)))
     if invalid is not None:
         if invalid == "use_sde" and env_kind == "discrete" and draw(st.booleans()):
             kwargs[invalid] = True  # a valid type, but gSDE needs a Box action space
+        elif invalid == "fisher_sub_sampling_factor" and batch > 1 and draw(st.booleans()):
+            kwargs[invalid] = draw(st.integers(batch, 2 * batch))  # valid alone, but leaves one sample of each batch
         else:
             kwargs[invalid] = draw(options[invalid][1])
     return env_kind, kwargs, invalid
+
+
+def _policy_batch(kwargs) -> int:
+    """The samples of a full policy batch of a configuration (one environment)."""
+    samples = math.ceil(kwargs.get("n_steps", 2048) / kwargs.get("sub_sampling_factor", 1))
+    return min(kwargs.get("policy_batch_size") or samples, samples)
 
 
 def _check(algo, config):

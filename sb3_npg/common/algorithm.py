@@ -43,6 +43,7 @@ from sb3_npg.common.batches import (
 from sb3_npg.common.checks import (
     FiniteRolloutCheck,
     check_action_space,
+    check_fisher_samples,
     check_parameters_finite,
     check_rollout_finite,
     warn_if_batches_uneven,
@@ -259,10 +260,11 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
                 f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
             )
         warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")
+        policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
         if self.policy_batch_size is not None:
             where = "the policy's samples (n_steps * n_envs / sub_sampling_factor, rounded up)"
-            policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
             warn_if_batches_uneven("policy_batch_size", self.policy_batch_size, policy_samples, where)
+        check_fisher_samples(self.fisher_sub_sampling_factor, min(self.policy_batch_size or policy_samples, policy_samples))
 
     def _setup_model(self) -> None:
         # Again: ``load`` sets the saved options and its keyword overrides first (not those it was told to replace).
@@ -314,13 +316,17 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         check_parameters_finite(self.policy, type(self).__name__)
         return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
 
+    def _policy_batches_per_update(self) -> int:
+        """How many natural steps an update takes: one per policy batch."""
+        policy_samples = math.ceil(self.n_steps * self.n_envs / self.sub_sampling_factor)
+        return math.ceil(policy_samples / (self.policy_batch_size or policy_samples))
+
     def _collective_plan(self) -> dict[str, int]:
         """What decides which collectives an update runs: every rank of a distributed run must have the same."""
         rollout_size = self.n_steps * self.n_envs
-        policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
         return {
             "samples per update (n_steps * n_envs)": rollout_size,
-            "policy batches per update": math.ceil(policy_samples / (self.policy_batch_size or policy_samples)),
+            "policy batches per update": self._policy_batches_per_update(),
             "batch_size": self.batch_size,
             "n_critic_updates": self.n_critic_updates,
             "critic_fit": CRITIC_FITS.index(self.critic_fit),

@@ -12,6 +12,7 @@ parameters are checked before every rollout; integer observations (images) canno
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,22 @@ def warn_if_batches_uneven(name: str, size: int, samples: int, what: str) -> Non
     else:
         return
     warnings.warn(f"`{name}`={size} {message}", UserWarning, stacklevel=user_stack_level())
+
+
+def check_fisher_samples(factor: int, batch_samples: int) -> None:
+    """
+    Refuse a ``fisher_sub_sampling_factor`` that leaves one sample of a policy batch for the Fisher-vector products:
+    a Fisher matrix of one observation misjudges the KL of the step it scales.
+
+    :param factor: ``fisher_sub_sampling_factor``
+    :param batch_samples: the samples of a full policy batch
+    """
+    if factor > 1 and math.ceil(batch_samples / factor) < 2:
+        raise ConfigurationError(
+            f"`fisher_sub_sampling_factor`={factor} leaves one of the {batch_samples} samples of each policy batch for "
+            f"the Fisher-vector products: use at most {max(1, batch_samples - 1)}, "
+            "or more samples per policy batch (n_steps * n_envs / sub_sampling_factor, or policy_batch_size)"
+        )
 
 
 # -------------------------------------------------------------------------------------------- finite environments

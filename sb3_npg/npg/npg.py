@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -10,6 +11,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_npg.common.algorithm import NaturalPolicyGradient
+from sb3_npg.common.checks import user_stack_level
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
 from sb3_npg.common.natural_step import StepOutcome, StepProposal
 from sb3_npg.npg.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -80,7 +82,7 @@ class NPG(NaturalPolicyGradient):
         taken against the behaviour policy (the rollout's log-probabilities). TRPO's line search keeps every accepted
         step within ``target_kl`` of the behaviour policy over all the update's samples; NPG scales each step to
         ``target_kl`` from where it starts, so its KL from the behaviour policy grows with the number of batches
-        (``train/kl_divergence`` reports it)
+        (``train/kl_divergence`` reports it; NPG warns at construction when an update has more than one batch)
     :param fisher: How Fisher-vector products are computed; both give the same product (the Hessian of the mean
         KL at the base point). ``"analytic"`` (default): the Gauss-Newton product ``J^T M J v`` with the action
         distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
@@ -89,7 +91,7 @@ class NPG(NaturalPolicyGradient):
     :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
         only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
         baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the
-        gradient loses no samples
+        gradient loses no samples. A factor that leaves one sample of a policy batch is refused
     :param critic_fit: How the critic is fitted each update. ``"minibatch"`` (default, as sb3-contrib):
         ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the policy's optimizer with the
         ``max_grad_norm`` clip. ``"lbfgs"``: full-batch L-BFGS with a strong-Wolfe line search, at most
@@ -197,6 +199,20 @@ class NPG(NaturalPolicyGradient):
             rollout_collection=rollout_collection,
             _init_setup_model=_init_setup_model,
         )
+
+    def _validate_environment(self) -> None:
+        """The shared checks, and a warning that policy batches take NPG outside the trust region."""
+        super()._validate_environment()
+        batches = self._policy_batches_per_update()
+        if batches > 1:
+            warnings.warn(
+                f"NPG with `policy_batch_size`={self.policy_batch_size} takes {batches} natural steps per update, each "
+                "scaled to target_kl from where the previous one left the policy, so the update's KL from the behaviour "
+                "policy can exceed target_kl several times over (train/kl_divergence reports it); TRPO's line search "
+                "keeps it within target_kl",
+                UserWarning,
+                stacklevel=user_stack_level(),
+            )
 
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
         """Take the full natural step and measure where it landed."""

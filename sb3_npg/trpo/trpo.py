@@ -88,7 +88,7 @@ class TRPO(NaturalPolicyGradient):
         taken against the behaviour policy (the rollout's log-probabilities). TRPO's line search keeps every accepted
         step within ``target_kl`` of the behaviour policy over all the update's samples; NPG scales each step to
         ``target_kl`` from where it starts, so its KL from the behaviour policy grows with the number of batches
-        (``train/kl_divergence`` reports it)
+        (``train/kl_divergence`` reports it; NPG warns at construction when an update has more than one batch)
     :param fisher: How Fisher-vector products are computed; both give the same product (the Hessian of the mean
         KL at the base point). ``"analytic"`` (default): the Gauss-Newton product ``J^T M J v`` with the action
         distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
@@ -97,7 +97,7 @@ class TRPO(NaturalPolicyGradient):
     :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
         only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
         baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the
-        gradient loses no samples
+        gradient loses no samples. A factor that leaves one sample of a policy batch is refused
     :param critic_fit: How the critic is fitted each update. ``"minibatch"`` (default, as sb3-contrib):
         ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the policy's optimizer with the
         ``max_grad_norm`` clip. ``"lbfgs"``: full-batch L-BFGS with a strong-Wolfe line search, at most
