@@ -126,7 +126,7 @@ def _torch_install_command(python: Path) -> list[str]:
 
 
 def _zoo(bin_dir: Path, *args: str, cwd: Path) -> None:
-    env = {**os.environ, "MPLBACKEND": "Agg"}  # plot_train shows its figure: a no-op without a display
+    env = {**os.environ, "MPLBACKEND": "Agg"}  # without a display, the plot commands save their figures in cwd
     _run([str(bin_dir / "sb3-npg-zoo"), *args], COMMAND_TIMEOUT_S, cwd=cwd, env=env)
 
 

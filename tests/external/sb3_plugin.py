@@ -8,6 +8,12 @@ SB3's tests choose their settings by class (``kwargs = {} if model_class == A2C 
 ``if model_class in [PPO, A2C]: ...``, dicts keyed by class): the classes added here compare and hash as ``A2C``,
 the on-policy algorithm whose options ours share, so each test gives them A2C's settings. Nothing else differs from
 ``sb3_npg.NPG`` and ``sb3_npg.TRPO``.
+
+Wherever a test parametrizes over ``PPO``, NPG and TRPO are also added the way users reuse PPO's tests for an
+algorithm of their own (ids ``NPG-as-PPO`` and ``TRPO-as-PPO``): as thin subclasses that take PPO's settings, drop
+the keywords only PPO has (``n_epochs``, ``clip_range``...) and forward every other argument with
+``*args, **kwargs``. They guard what an SB3 user's subclass needs: keyword forwarding, and ``load`` through SB3's
+``cls(policy=..., env=..., device=..., _init_setup_model=False)``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from stable_baselines3 import A2C
+from stable_baselines3 import A2C, PPO
 
 from sb3_npg import NPG, TRPO
 
@@ -27,14 +33,20 @@ BUDGETED_FOR_A2C = {
 }
 
 
-class _SettingsOfA2C(type(NPG)):  # type: ignore[misc]
-    """The metaclass of the added classes: equal to, and hashed as, A2C where a test picks settings by class."""
+def _settings_of(algorithm: type) -> type:
+    """A metaclass whose classes are equal to, and hashed as, ``algorithm`` where a test picks settings by class."""
 
-    def __eq__(cls, other: object) -> bool:
-        return other is A2C or type.__eq__(cls, other)
+    class SettingsOf(type(NPG)):  # type: ignore[misc]
+        def __eq__(cls, other: object) -> bool:
+            return other is algorithm or type.__eq__(cls, other)
 
-    def __hash__(cls) -> int:
-        return hash(A2C)
+        def __hash__(cls) -> int:
+            return hash(algorithm)
+
+    return SettingsOf
+
+
+_SettingsOfA2C, _SettingsOfPPO = _settings_of(A2C), _settings_of(PPO)
 
 
 class NPGTested(NPG, metaclass=_SettingsOfA2C):
@@ -45,19 +57,42 @@ class TRPOTested(TRPO, metaclass=_SettingsOfA2C):
     """``sb3_npg.TRPO`` under SB3's tests."""
 
 
+class NPGAsPPO(NPG, metaclass=_SettingsOfPPO):
+    """A user's thin subclass of ``sb3_npg.NPG`` that runs PPO's tests: PPO's own keywords dropped, the rest
+    forwarded."""
+
+    def __init__(self, *args: Any, n_epochs: Any = None, clip_range: Any = None, clip_range_vf: Any = None,
+                 ent_coef: Any = None, vf_coef: Any = None, **kwargs: Any):  # fmt: skip
+        super().__init__(*args, **kwargs)
+
+
+class TRPOAsPPO(TRPO, metaclass=_SettingsOfPPO):
+    """A user's thin subclass of ``sb3_npg.TRPO`` that runs PPO's tests: PPO's own keywords dropped, the rest
+    forwarded."""
+
+    def __init__(self, *args: Any, n_epochs: Any = None, clip_range: Any = None, clip_range_vf: Any = None,
+                 ent_coef: Any = None, vf_coef: Any = None, **kwargs: Any):  # fmt: skip
+        super().__init__(*args, **kwargs)
+
+
 NPGTested.__name__, TRPOTested.__name__ = "NPG", "TRPO"
-ADDED = (pytest.param(NPGTested, id="NPG"), pytest.param(TRPOTested, id="TRPO"))
+#: What each algorithm of SB3 gets beside it, in the parametrize marks that list it.
+ADDED = {
+    A2C: (pytest.param(NPGTested, id="NPG"), pytest.param(TRPOTested, id="TRPO")),
+    PPO: (pytest.param(NPGAsPPO, id="NPG-as-PPO"), pytest.param(TRPOAsPPO, id="TRPO-as-PPO")),
+}
 
 
 def _with_ours(mark: pytest.Mark) -> pytest.Mark:
-    """A parametrize mark with NPG and TRPO added when its values include A2C (and no explicit ids): tests of PPO
-    alone test PPO's own options (``clip_range``, ``n_epochs``)."""
+    """A parametrize mark with NPG and TRPO added beside A2C and beside PPO when its values include them (and no
+    explicit ids)."""
     if mark.name != "parametrize" or "ids" in mark.kwargs or len(mark.args) < 2:
         return mark
     names, values = mark.args[0], list(mark.args[1])
-    if not any(value is A2C for value in values):
+    added = [param for algorithm, params in ADDED.items() if any(value is algorithm for value in values) for param in params]
+    if not added:
         return mark
-    return pytest.mark.parametrize(names, [*values, *ADDED], *mark.args[2:], **mark.kwargs).mark
+    return pytest.mark.parametrize(names, [*values, *added], *mark.args[2:], **mark.kwargs).mark
 
 
 @pytest.hookimpl(hookwrapper=True)
