@@ -232,6 +232,9 @@ def run(name: str, initial: torch.Tensor, dtype: torch.dtype = torch.float64) ->
             param.copy_(initial[offset : offset + param.numel()].view_as(param))
             offset += param.numel()
     model.learn(updates(name) * TINY["n_steps"])
+    # The tolerances hold for float64 runs: a parameter or advantage cast back to float32 would spread 1e4 times more.
+    assert {param.dtype for param in model.policy.parameters()} == {dtype}
+    assert model.rollout_buffer.advantages.dtype == (np.float64 if dtype == torch.float64 else np.float32)
     return {"parameters": flat_parameters(model).double(), "kl": float(model.logger.name_to_value["train/kl_divergence"])}
 
 
