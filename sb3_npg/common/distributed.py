@@ -13,10 +13,12 @@ apart (the periodic :meth:`Reducer.check_same` then stops the run).
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import importlib
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,11 @@ CHECKSUM_TOLERANCE = 0.0
 MAIN_RANK = 0
 #: Imported before the process group is created: a group created first outlives ``destroy_process_group`` in torch 2.13.
 TORCH_MODULE_THAT_PINS_THE_GROUP = "torch._inductor"
+
+#: The process group :func:`init_process_group` created (a weak reference: it must not keep a destroyed group alive).
+_created_group: weakref.ref[Any] | None = None
+#: Whether :func:`leave_process_group` is registered to run at the interpreter's exit (once per process).
+_leaves_at_exit = False
 
 
 class DistributedError(RuntimeError):
@@ -64,12 +71,14 @@ class Collective:
 def init_process_group(timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
     """
     Join the process group ``torchrun`` describes in the environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...),
-    unless one is already initialized: NCCL when CUDA is available, gloo on CPU.
+    unless one is already initialized: NCCL when CUDA is available, gloo on CPU. The group created here is destroyed
+    at the interpreter's exit by :func:`leave_process_group` unless the script destroyed it first; a group that was
+    already initialized (the script's own) is left to the script.
 
     :param timeout_seconds: how long a collective waits for the other ranks
     """
     if dist.is_initialized():
-        return
+        return  # the script created the group: it decides when to destroy it (it may use it after the model)
     if not launched_by_torchrun():
         raise DistributedError(
             "distributed=True needs a process group: launch with torchrun (which sets RANK and WORLD_SIZE), or call "
@@ -82,6 +91,35 @@ def init_process_group(timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None
     importlib.import_module(TORCH_MODULE_THAT_PINS_THE_GROUP)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds))
+    _leave_at_exit()
+
+
+def _leave_at_exit() -> None:
+    """Remember the group just created, and register :func:`leave_process_group` with :mod:`atexit` (once)."""
+    global _created_group, _leaves_at_exit
+    _created_group = weakref.ref(dist.group.WORLD)
+    if not _leaves_at_exit:
+        atexit.register(leave_process_group)
+        _leaves_at_exit = True
+
+
+def leave_process_group() -> None:
+    """
+    Destroy the process group :func:`init_process_group` created, if it is still the default group; otherwise do
+    nothing (a group the script created itself is the script's to destroy).
+
+    Registered with :mod:`atexit` by :func:`init_process_group`, so it runs however the script ends: at its end, after
+    an uncaught exception (a refused configuration included) or ``sys.exit``; not after ``os._exit`` or a signal.
+    A group left to the interpreter's finalization keeps its gloo threads running there, and one that drops the last
+    reference to a tensor then aborts the process ("terminate called without an active exception", SIGABRT), which
+    fails the whole torchrun job (``benchmarks/distributed_exit.py``). Destroying the group is local to the process (no
+    collective): it returns at once when the other ranks have died or stalled (measured on gloo).
+    """
+    global _created_group
+    created = _created_group() if _created_group is not None else None
+    _created_group = None
+    if created is not None and dist.is_available() and dist.is_initialized() and dist.group.WORLD is created:
+        dist.destroy_process_group()
 
 
 class Reducer:
@@ -215,10 +253,12 @@ class Reducer:
         try:
             collective(tensor, *args)
         except RuntimeError as error:  # gloo and NCCL raise RuntimeError on a timeout or a lost peer
+            # Without torch's frames: they hold the process group, which an uncaught error (kept in sys.last_exc)
+            # would keep alive past destroy_process_group, its gloo threads running into the interpreter's exit.
             raise DistributedError(
                 f"Rank {self.rank}: a collective failed, so another rank has died or stalled ({error}). Restart the "
                 "run from the last checkpoint written by rank 0."
-            ) from error
+            ) from error.with_traceback(None)
         if self.on_collective is not None:
             payload = tensor.numel() * tensor.element_size()
             self.on_collective(Collective(collective.__name__, payload, time.perf_counter() - start))

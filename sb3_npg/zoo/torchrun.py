@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch.distributed as dist
 
-from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS, init_process_group
+from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS, init_process_group, leave_process_group
 from sb3_npg.zoo.cli import SCRIPTS, with_default_config
 from sb3_npg.zoo.registry import register
 
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        dist.destroy_process_group()
+        leave_process_group()  # also registered to run at exit; here it ends the group before the Zoo's own exit
 
 
 if __name__ == "__main__":
