@@ -76,20 +76,26 @@ class TRPOAsPPO(TRPO, metaclass=_SettingsOfPPO):
 
 
 NPGTested.__name__, TRPOTested.__name__ = "NPG", "TRPO"
-#: What each algorithm of SB3 gets beside it, in the parametrize marks that list it.
+#: What each algorithm of SB3 gets beside it in the parametrize marks that list it, and whether also in those that list
+#: it alone (a test of PPO alone tests PPO's own options, ``clip_range`` and its schedule).
 ADDED = {
-    A2C: (pytest.param(NPGTested, id="NPG"), pytest.param(TRPOTested, id="TRPO")),
-    PPO: (pytest.param(NPGAsPPO, id="NPG-as-PPO"), pytest.param(TRPOAsPPO, id="TRPO-as-PPO")),
+    A2C: ((pytest.param(NPGTested, id="NPG"), pytest.param(TRPOTested, id="TRPO")), True),
+    PPO: ((pytest.param(NPGAsPPO, id="NPG-as-PPO"), pytest.param(TRPOAsPPO, id="TRPO-as-PPO")), False),
 }
 
 
 def _with_ours(mark: pytest.Mark) -> pytest.Mark:
-    """A parametrize mark with NPG and TRPO added beside A2C and beside PPO when its values include them (and no
-    explicit ids)."""
+    """A parametrize mark with NPG and TRPO added beside A2C, and beside PPO listed with other algorithms, when its
+    values include them (and no explicit ids)."""
     if mark.name != "parametrize" or "ids" in mark.kwargs or len(mark.args) < 2:
         return mark
     names, values = mark.args[0], list(mark.args[1])
-    added = [param for algorithm, params in ADDED.items() if any(value is algorithm for value in values) for param in params]
+    added = [
+        param
+        for algorithm, (params, alone) in ADDED.items()
+        if any(value is algorithm for value in values) and (alone or len(values) > 1)
+        for param in params
+    ]
     if not added:
         return mark
     return pytest.mark.parametrize(names, [*values, *added], *mark.args[2:], **mark.kwargs).mark
