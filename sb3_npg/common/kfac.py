@@ -1,0 +1,442 @@
+"""K-FAC: the Kronecker-factored approximation of the Fisher (Martens and Grosse 2015), for ``nn.Linear`` layers.
+
+Pure PyTorch, with no Stable-Baselines3 imports, like :mod:`sb3_npg.common.natural_gradient`. Not yet wired into an
+algorithm (issue 36: ACKTR and a K-FAC option for NPG and TRPO will call it).
+
+**The factors.** A layer ``s = W a + b`` sees inputs ``a`` (``n x in``) and, backpropagating the per-sample
+log-likelihood, gradients ``g = d log p / d s`` at its outputs (``n x out``). With ``a_ext = [a, 1]`` when the layer
+has a bias, ``A = E[a_ext a_ext^T]`` and ``G = E[g g^T]``, and the layer's Fisher block is approximated by
+``kron(G, A)``: ``F[(o, i), (o', i')] = E[g_o g_o' a_i a_i'] ~= G[o, o'] A[i, i']``.
+
+**The ordering.** ``kron(G, A)`` is indexed by the row-major vectorisation of the layer's gradient matrix
+``V = [dW | db]`` (``out x in_ext``): index ``o * in_ext + i``, so ``kron(G, A) vec(V) = vec(G V A)`` and
+``kron(G, A)^-1 vec(V) = vec(G^-1 V A^-1)``. The parameters themselves are flattened as ``[vec(W), b]`` (weight
+row-major, then bias), a permutation of that order; :func:`layer_matrices` and :func:`flatten_layer_matrices` move
+between the two, so every flat vector here is in the parameters' order (:func:`layer_parameters`).
+
+**The true Fisher.** ``g`` comes from the policy's own distribution, never from the rollout's actions (that would be
+the empirical Fisher): :func:`sampled_log_likelihood` draws actions from the distribution (with a generator, so it is
+reproducible) and :func:`output_factors` backpropagates their log-likelihood, for any network and distribution;
+:func:`expected_output_factors` takes the expectation over actions in closed form where the distribution's Fisher is
+diagonal in some statistics (a Gaussian's mean, weight ``1 / sigma^2``), by backpropagating the rows of its square
+root, one backward pass per statistic component. At a layer whose outputs are a Gaussian's mean,
+:func:`gaussian_mean_layer_factor` is that closed form directly: ``G = E[diag(1 / sigma^2)]``. Parameters in no layer
+get exact blocks: a state-independent ``log_std`` has ``GAUSSIAN_LOG_STD_FISHER * I`` (:func:`gaussian_log_std_fisher`).
+
+**Damping** is split between the factors with the pi-correction (section 6.3 of the paper):
+``pi = sqrt((tr(A) / dim(A)) / (tr(G) / dim(G)))``, ``A + pi sqrt(damping) I`` and ``G + sqrt(damping) / pi I``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+#: The layers whose factors this module computes (``nn.Conv2d`` would add its own input and output unfolding).
+SUPPORTED_LAYERS = (nn.Linear,)
+#: The value of the input column appended for a bias (the bias is the weight of a constant input).
+BIAS_INPUT = 1.0
+#: The Fisher of a Gaussian in its log standard deviation: ``d^2 KL / d log_std^2 = 2`` per action dimension.
+GAUSSIAN_LOG_STD_FISHER = 2.0
+#: The pi-correction when a factor's trace is zero (no information to balance the damping with).
+NEUTRAL_PI = 1.0
+#: The factors are inverted in this precision, whatever the parameters' dtype.
+INVERSION_DTYPE = torch.float64
+
+
+def layer_weight_and_bias(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """
+    A supported layer's weight and bias (``None`` without one; a bias adds a column of ones to the inputs).
+
+    :param layer: the layer
+    :return: ``(weight, bias)``
+    :raises TypeError: for a layer whose factors this module cannot compute
+    """
+    if not isinstance(layer, SUPPORTED_LAYERS):
+        raise TypeError(f"K-FAC supports {[kind.__name__ for kind in SUPPORTED_LAYERS]}, not {type(layer).__name__}")
+    return layer.weight, layer.bias
+
+
+def layer_parameters(layers: Sequence[nn.Module]) -> list[torch.Tensor]:
+    """
+    The parameters of ``layers`` in the order of every flat vector here: each layer's weight, then its bias.
+
+    :param layers: the layers, each supported (``SUPPORTED_LAYERS``)
+    :return: the parameters, in order
+    """
+    params: list[torch.Tensor] = []
+    for layer in layers:
+        weight, bias = layer_weight_and_bias(layer)
+        params.extend([weight] if bias is None else [weight, bias])
+    return params
+
+
+def expanded_inputs(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """The rows ``a_ext``, ``(n, in_ext)``, of a layer's inputs ``(n, in)``: ``BIAS_INPUT`` appended for a bias."""
+    _, bias = layer_weight_and_bias(layer)
+    rows = inputs.detach().reshape(-1, inputs.shape[-1])
+    if bias is not None:
+        rows = torch.cat([rows, torch.full_like(rows[:, :1], BIAS_INPUT)], dim=1)
+    return rows
+
+
+def second_moment(rows: torch.Tensor) -> torch.Tensor:
+    """The second moment ``E[x x^T] = rows^T rows / n`` of per-sample rows ``(n, d)``: a ``(d, d)`` matrix."""
+    return rows.T @ rows / rows.shape[0]
+
+
+def input_factor(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """``A = E[a_ext a_ext^T]``, ``(in_ext, in_ext)``, of a layer from the inputs ``(n, in)`` it saw."""
+    return second_moment(expanded_inputs(layer, inputs))
+
+
+@dataclass
+class LayerRecord:
+    """
+    What one forward pass through a layer left: its inputs (detached) and its outputs (with their graph).
+
+    :param inputs: the layer's inputs
+    :param outputs: the layer's outputs, differentiable, for the backward signals of the ``G`` factor
+    """
+
+    inputs: torch.Tensor
+    outputs: torch.Tensor
+
+
+@contextmanager
+def record_layers(layers: Sequence[nn.Module]) -> Iterator[dict[nn.Module, LayerRecord]]:
+    """
+    Record every supported layer's inputs and outputs during the forward passes inside the ``with`` block.
+
+    A layer called more than once keeps its last call. The hooks are removed on leaving the block.
+
+    :param layers: the layers to record
+    :return: (yields) a dict filled by the forward passes, layer to :class:`LayerRecord`
+    """
+    records: dict[nn.Module, LayerRecord] = {}
+
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        records[module] = LayerRecord(inputs=args[0].detach(), outputs=output)
+
+    handles = []
+    for layer in layers:
+        layer_weight_and_bias(layer)
+        handles.append(layer.register_forward_hook(hook))
+    try:
+        yield records
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def sample_actions(distribution: torch.distributions.Distribution, generator: torch.Generator) -> torch.Tensor:
+    """
+    Actions drawn from ``distribution`` with ``generator`` (so that a seeded generator repeats them), detached.
+
+    :param distribution: a ``Normal`` (or ``Independent`` of one), ``Categorical`` or ``Bernoulli``
+    :param generator: the random source
+    :return: the actions, one per sample (as ``distribution.sample()`` shapes them)
+    :raises TypeError: for another distribution
+    """
+    base = distribution.base_dist if isinstance(distribution, torch.distributions.Independent) else distribution
+    with torch.no_grad():
+        if isinstance(base, torch.distributions.Normal):
+            noise = torch.randn(base.loc.shape, generator=generator, dtype=base.loc.dtype, device=base.loc.device)
+            return base.loc + base.scale * noise
+        if isinstance(base, torch.distributions.Categorical):
+            probs = base.probs.reshape(-1, base.probs.shape[-1])
+            return torch.multinomial(probs, 1, generator=generator).reshape(base.probs.shape[:-1])
+        if isinstance(base, torch.distributions.Bernoulli):
+            uniform = torch.rand(base.probs.shape, generator=generator, dtype=base.probs.dtype, device=base.probs.device)
+            return (uniform < base.probs).to(base.probs.dtype)
+    raise TypeError(f"No generator-driven sampler for {type(base).__name__}")
+
+
+def sampled_log_likelihood(
+    distributions: torch.distributions.Distribution | Sequence[torch.distributions.Distribution],
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """
+    The summed log-likelihood of actions drawn from the policy's own distribution: the true Fisher's backward signal.
+
+    Its gradient at a layer's outputs has, in row ``j``, sample ``j``'s score for its sampled action, so
+    :func:`output_factors` of it is an unbiased estimate of the true Fisher's ``G`` (one action per sample).
+
+    :param distributions: the policy's distribution on the batch, differentiable; several (as for a MultiCategorical)
+        are summed
+    :param generator: the random source of the actions
+    :return: a scalar, the sum over samples (and action dimensions) of the sampled actions' log-likelihood
+    """
+    if isinstance(distributions, torch.distributions.Distribution):
+        distributions = [distributions]
+    return torch.stack([dist.log_prob(sample_actions(dist, generator)).sum() for dist in distributions]).sum()
+
+
+def output_factors(log_likelihood: torch.Tensor, records: Sequence[LayerRecord]) -> list[torch.Tensor]:
+    """
+    ``G = g^T g / n`` of each layer, with ``g`` the gradient of a summed per-sample log-likelihood at its outputs.
+
+    Because the log-likelihood is a sum of per-sample terms, row ``j`` of ``g`` is sample ``j``'s own gradient.
+
+    :param log_likelihood: the summed log-likelihood (:func:`sampled_log_likelihood` for the true Fisher)
+    :param records: the layers' records from the forward pass that built it
+    :return: one ``(out, out)`` factor per record
+    """
+    outputs = [record.outputs for record in records]
+    grads = torch.autograd.grad(log_likelihood, outputs, retain_graph=True, allow_unused=True)
+    return [
+        second_moment((torch.zeros_like(output) if grad is None else grad).detach().reshape(-1, output.shape[-1]))
+        for output, grad in zip(outputs, grads, strict=True)
+    ]
+
+
+def expected_output_factors(
+    statistics: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], records: Sequence[LayerRecord]
+) -> list[torch.Tensor]:
+    """
+    The true Fisher's ``G`` of each layer in closed form: the expectation over actions, not a sample.
+
+    For statistics ``s`` in which the distribution's Fisher is diagonal with weights ``w`` (a Gaussian's mean with
+    ``1 / sigma^2``, as in :mod:`sb3_npg.common.fisher`), ``E_a[g g^T] = J^T diag(w) J`` per sample, the sum over
+    components ``k`` of ``u_k u_k^T`` with ``u_k = J^T (sqrt(w_k) e_k)``: one backward pass per component.
+
+    :param statistics: the statistics, each ``(n, d)``, with their graph to the layers' outputs
+    :param weights: their diagonal Fisher weights, same shapes
+    :param records: the layers' records from the forward pass that built the statistics
+    :return: one ``(out, out)`` factor per record
+    """
+    outputs = [record.outputs for record in records]
+    factors = [output.new_zeros(output.shape[-1], output.shape[-1]) for output in outputs]
+    for statistic, weight in zip(statistics, weights, strict=True):
+        flat = statistic.reshape(statistic.shape[0], -1)
+        root = weight.detach().reshape(flat.shape).sqrt()
+        for component in range(flat.shape[1]):
+            signal = torch.zeros_like(flat)
+            signal[:, component] = root[:, component]
+            grads = torch.autograd.grad(flat, outputs, signal, retain_graph=True, allow_unused=True)
+            for index, grad in enumerate(grads):
+                if grad is not None:
+                    factors[index] += second_moment(grad.detach().reshape(-1, outputs[index].shape[-1]))
+    return factors
+
+
+def gaussian_mean_layer_factor(std: torch.Tensor) -> torch.Tensor:
+    """
+    The exact ``G`` of a layer whose outputs are a diagonal Gaussian's mean: ``E[diag(1 / sigma^2)]``.
+
+    :param std: the standard deviation, ``(d,)`` (state-independent) or ``(n, d)``
+    :return: ``(d, d)``
+    """
+    inverse_variance = std.detach().reshape(-1, std.shape[-1]).pow(-2).mean(dim=0)
+    return torch.diag(inverse_variance)
+
+
+def gaussian_log_std_fisher(log_std: torch.Tensor) -> torch.Tensor:
+    """
+    The exact Fisher block of a state-independent ``log_std`` for the mean (summed over action dimensions) KL.
+
+    ``KL`` per dimension is ``l - l_0 + exp(2 (l_0 - l)) / 2 - 1/2`` in ``l = log sigma``, whose second derivative
+    at ``l_0`` is 2, whatever the state; the mean over states keeps it.
+
+    :param log_std: the parameter
+    :return: ``GAUSSIAN_LOG_STD_FISHER * I``, ``(numel, numel)``
+    """
+    return GAUSSIAN_LOG_STD_FISHER * torch.eye(log_std.numel(), dtype=log_std.dtype, device=log_std.device)
+
+
+@dataclass
+class KroneckerFactors:
+    """
+    One layer's Kronecker factors, as exponential moving averages across updates.
+
+    :param input_factor: ``A``, ``(in_ext, in_ext)``; ``None`` before the first update
+    :param output_factor: ``G``, ``(out, out)``; ``None`` before the first update
+    :param updates: how many batches have been averaged in
+    """
+
+    input_factor: torch.Tensor | None = None
+    output_factor: torch.Tensor | None = None
+    updates: int = 0
+
+    def update(self, input_factor: torch.Tensor, output_factor: torch.Tensor, decay: float) -> None:
+        """
+        Average a batch's factors in: ``F <- decay * F + (1 - decay) * F_new``.
+
+        The first update sets the factors outright: starting from zero would bias the early averages toward zero
+        (and the inverse toward the damping alone), as an uncorrected moving average does.
+
+        :param input_factor: the batch's ``A``
+        :param output_factor: the batch's ``G``
+        :param decay: the weight of the past, in ``[0, 1)``
+        """
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"The decay must be in [0, 1), not {decay}")
+        if self.input_factor is None or self.output_factor is None:
+            self.input_factor, self.output_factor = input_factor.detach().clone(), output_factor.detach().clone()
+        else:
+            self.input_factor = decay * self.input_factor + (1.0 - decay) * input_factor.detach()
+            self.output_factor = decay * self.output_factor + (1.0 - decay) * output_factor.detach()
+        self.updates += 1
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The factors ``(A, G)``; raises before the first update."""
+        if self.input_factor is None or self.output_factor is None:
+            raise RuntimeError("The Kronecker factors have not been updated yet")
+        return self.input_factor, self.output_factor
+
+
+def update_factors(
+    factors: Sequence[KroneckerFactors],
+    layers: Sequence[nn.Module],
+    records: dict[nn.Module, LayerRecord],
+    output_factors_: Sequence[torch.Tensor],
+    decay: float,
+) -> None:
+    """
+    Average one batch's factors into each layer's running ones.
+
+    :param factors: the running factors, one per layer
+    :param layers: the layers, in the same order
+    :param records: the forward pass's records (:func:`record_layers`), for the inputs
+    :param output_factors_: each layer's ``G`` for the batch (:func:`output_factors` or :func:`expected_output_factors`)
+    :param decay: the moving average's decay
+    """
+    for running, layer, output_factor in zip(factors, layers, output_factors_, strict=True):
+        running.update(input_factor(layer, records[layer].inputs), output_factor, decay)
+
+
+def pi_correction(input_factor: torch.Tensor, output_factor: torch.Tensor) -> float:
+    """
+    ``pi = sqrt((tr(A) / dim(A)) / (tr(G) / dim(G)))``, which balances the damping between the factors.
+
+    :param input_factor: ``A``
+    :param output_factor: ``G``
+    :return: ``pi``; ``NEUTRAL_PI`` when either trace is not positive
+    """
+    input_scale = float(torch.trace(input_factor)) / input_factor.shape[0]
+    output_scale = float(torch.trace(output_factor)) / output_factor.shape[0]
+    if input_scale <= 0.0 or output_scale <= 0.0:
+        return NEUTRAL_PI
+    return math.sqrt(input_scale / output_scale)
+
+
+def damped_factors(
+    input_factor: torch.Tensor, output_factor: torch.Tensor, damping: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    The damped factors ``(A + pi sqrt(damping) I, G + sqrt(damping) / pi I)``.
+
+    :param input_factor: ``A``
+    :param output_factor: ``G``
+    :param damping: the Tikhonov damping ``lambda`` of the product (``kron`` of the two adds about ``lambda I``)
+    :return: the damped ``(A, G)``
+    """
+    pi = pi_correction(input_factor, output_factor)
+    root = math.sqrt(damping)
+    eye_a = torch.eye(input_factor.shape[0], dtype=input_factor.dtype, device=input_factor.device)
+    eye_g = torch.eye(output_factor.shape[0], dtype=output_factor.dtype, device=output_factor.device)
+    return input_factor + pi * root * eye_a, output_factor + root / pi * eye_g
+
+
+def damped_inverse_product(
+    input_factor: torch.Tensor, output_factor: torch.Tensor, matrix: torch.Tensor, damping: float
+) -> torch.Tensor:
+    """
+    ``kron(G_d, A_d)^-1 vec(V) = vec(G_d^-1 V A_d^-1)`` with the damped factors, by symmetric eigendecompositions.
+
+    Computed in ``INVERSION_DTYPE``: with ``G = Q_G L_G Q_G^T`` and ``A = Q_A L_A Q_A^T``, the damped product's
+    eigenvalues are ``(l_G + sqrt(damping) / pi)(l_A + pi sqrt(damping))``.
+
+    :param input_factor: ``A``
+    :param output_factor: ``G``
+    :param matrix: ``V``, ``(out, in_ext)``
+    :param damping: the Tikhonov damping
+    :return: ``G_d^-1 V A_d^-1``, in ``V``'s dtype
+    """
+    pi = pi_correction(input_factor, output_factor)
+    root = math.sqrt(damping)
+    values_a, vectors_a = torch.linalg.eigh(input_factor.to(INVERSION_DTYPE))
+    values_g, vectors_g = torch.linalg.eigh(output_factor.to(INVERSION_DTYPE))
+    eigenvalues = torch.outer(values_g.clamp(min=0.0) + root / pi, values_a.clamp(min=0.0) + pi * root)
+    rotated = vectors_g.T @ matrix.to(INVERSION_DTYPE) @ vectors_a
+    return (vectors_g @ (rotated / eigenvalues) @ vectors_a.T).to(matrix.dtype)
+
+
+def kronecker_product(input_factor: torch.Tensor, output_factor: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """``kron(G, A) vec(V) = vec(G V A)`` for ``V`` ``(out, in_ext)``: one layer's K-FAC Fisher product, undamped."""
+    return output_factor @ matrix @ input_factor
+
+
+def layer_matrices(flat: torch.Tensor, layers: Sequence[nn.Module]) -> list[torch.Tensor]:
+    """
+    Split a flat vector in the parameters' order (:func:`layer_parameters`) into each layer's ``V = [W | b]``.
+
+    :param flat: the vector
+    :param layers: the layers
+    :return: one ``(out, in_ext)`` matrix per layer
+    """
+    matrices, offset = [], 0
+    for layer in layers:
+        weight, bias = layer_weight_and_bias(layer)
+        columns = [flat[offset : offset + weight.numel()].view(weight.shape)]
+        offset += weight.numel()
+        if bias is not None:
+            columns.append(flat[offset : offset + bias.numel()].view(-1, 1))
+            offset += bias.numel()
+        matrices.append(torch.cat(columns, dim=1))
+    if offset != flat.numel():
+        raise ValueError(f"The flat vector has {flat.numel()} values but the layers hold {offset}")
+    return matrices
+
+
+def flatten_layer_matrices(matrices: Sequence[torch.Tensor], layers: Sequence[nn.Module]) -> torch.Tensor:
+    """The inverse of :func:`layer_matrices`: each layer's ``[W | b]`` back into ``[vec(W), b]``, concatenated."""
+    parts = []
+    for matrix, layer in zip(matrices, layers, strict=True):
+        weight, bias = layer_weight_and_bias(layer)
+        parts.append(matrix[:, : weight.shape[1]].reshape(-1))
+        if bias is not None:
+            parts.append(matrix[:, weight.shape[1]])
+    return torch.cat(parts)
+
+
+def kfac_fisher_product(
+    factors: Sequence[KroneckerFactors], layers: Sequence[nn.Module], vector: torch.Tensor
+) -> torch.Tensor:
+    """
+    The K-FAC approximate Fisher times a flat vector: ``vec(G V A)`` per layer (block-diagonal across layers).
+
+    :param factors: each layer's running factors
+    :param layers: the layers
+    :param vector: in the parameters' order
+    :return: the product, in the parameters' order
+    """
+    products = [
+        kronecker_product(*running.factors(), matrix)
+        for running, matrix in zip(factors, layer_matrices(vector, layers), strict=True)
+    ]
+    return flatten_layer_matrices(products, layers)
+
+
+def kfac_direction(
+    factors: Sequence[KroneckerFactors], layers: Sequence[nn.Module], gradient: torch.Tensor, damping: float
+) -> torch.Tensor:
+    """
+    The K-FAC natural-gradient direction: ``vec(G_d^-1 V A_d^-1)`` per layer, with the pi-corrected damping.
+
+    :param factors: each layer's running factors
+    :param layers: the layers
+    :param gradient: the flat gradient, in the parameters' order
+    :param damping: the Tikhonov damping
+    :return: the preconditioned direction, in the parameters' order
+    """
+    directions = [
+        damped_inverse_product(*running.factors(), matrix, damping)
+        for running, matrix in zip(factors, layer_matrices(gradient, layers), strict=True)
+    ]
+    return flatten_layer_matrices(directions, layers)
