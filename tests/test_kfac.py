@@ -226,3 +226,22 @@ def test_recording_removes_its_hooks_and_refuses_unsupported_layers():
     assert not records
     with pytest.raises(TypeError, match="Conv2d"), record_layers([nn.Conv2d(1, 1, 1)]):
         pass
+
+
+def test_the_direction_inverts_the_product_layer_by_layer_and_a_zero_factor_leaves_pi_neutral():
+    """Over two layers (with and without a bias), a vanishing damping makes the direction the product's inverse."""
+    network = nn.Sequential(_linear(OBS_DIM, HIDDEN, 13), nn.Tanh(), _linear(HIDDEN, ACTION_DIM, 14, bias=False))
+    layers, factors, _, _ = _gaussian_kfac_and_fisher(network, _observations(256, seed=15))
+    size = sum(param.numel() for param in layer_parameters(layers))
+    vector = torch.randn(size, generator=torch.Generator().manual_seed(16), dtype=DTYPE)
+    direction = kfac_direction(factors, layers, vector, damping=1e-24)
+    assert _relative_error(kfac_fisher_product(factors, layers, direction), vector) < 1e-8
+    a = _random_spd(OBS_DIM, 1.0, torch.Generator().manual_seed(17))
+    assert pi_correction(a, torch.zeros(ACTION_DIM, ACTION_DIM, dtype=DTYPE)) == 1.0
+    with pytest.raises(ValueError, match="flat vector"):
+        kfac_direction(factors, layers, vector[:-1], damping=1e-3)
+
+
+def test_sampling_needs_a_known_distribution():
+    with pytest.raises(TypeError, match="Gamma"):
+        sampled_log_likelihood(torch.distributions.Gamma(torch.ones(3), torch.ones(3)), torch.Generator())

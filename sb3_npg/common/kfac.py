@@ -380,6 +380,9 @@ def layer_matrices(flat: torch.Tensor, layers: Sequence[nn.Module]) -> list[torc
     :param layers: the layers
     :return: one ``(out, in_ext)`` matrix per layer
     """
+    total = sum(param.numel() for param in layer_parameters(layers))
+    if total != flat.numel():
+        raise ValueError(f"The flat vector has {flat.numel()} values but the layers hold {total}")
     matrices, offset = [], 0
     for layer in layers:
         weight, bias = layer_weight_and_bias(layer)
@@ -389,8 +392,6 @@ def layer_matrices(flat: torch.Tensor, layers: Sequence[nn.Module]) -> list[torc
             columns.append(flat[offset : offset + bias.numel()].view(-1, 1))
             offset += bias.numel()
         matrices.append(torch.cat(columns, dim=1))
-    if offset != flat.numel():
-        raise ValueError(f"The flat vector has {flat.numel()} values but the layers hold {offset}")
     return matrices
 
 
