@@ -124,6 +124,21 @@ def test_the_sampled_true_fisher_converges_to_the_closed_form_and_is_not_the_emp
     assert _relative_error(empirical, closed) > 1.0 and _relative_error(sampled, empirical) > 0.5
 
 
+def test_the_sampled_fisher_of_a_deeper_gaussian_policy_converges_to_the_expected_one_at_every_layer():
+    """Sampling and the square-root closed form agree at a hidden layer too, where ``G`` is not ``Sigma^-1``."""
+    obs = _observations(20000, seed=18)
+    network = nn.Sequential(_linear(OBS_DIM, HIDDEN, 19), nn.Tanh(), _linear(HIDDEN, ACTION_DIM, 20))
+    layers = [network[0], network[2]]
+    std = torch.tensor(LOG_STD, dtype=DTYPE).exp()
+    with record_layers(layers) as records:
+        mean = network(obs)
+    chosen = [records[layer] for layer in layers]
+    expected = expected_output_factors([mean], [std.pow(-2).expand_as(mean)], chosen)
+    sampled = output_factors(sampled_log_likelihood(Normal(mean, std), torch.Generator().manual_seed(21)), chosen)
+    for sampled_factor, expected_factor in zip(sampled, expected, strict=True):
+        assert _relative_error(sampled_factor, expected_factor) < 0.05
+
+
 @pytest.mark.parametrize("kind", ["categorical", "bernoulli"])
 def test_the_sampled_fisher_of_discrete_policies_converges_to_the_expected_one(kind):
     """The square-root closed form (log-probabilities, weight ``p``) and sampling agree beyond the Gaussian too."""

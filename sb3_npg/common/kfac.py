@@ -294,7 +294,7 @@ def update_factors(
     factors: Sequence[KroneckerFactors],
     layers: Sequence[nn.Module],
     records: dict[nn.Module, LayerRecord],
-    output_factors_: Sequence[torch.Tensor],
+    batch_output_factors: Sequence[torch.Tensor],
     decay: float,
 ) -> None:
     """
@@ -303,10 +303,10 @@ def update_factors(
     :param factors: the running factors, one per layer
     :param layers: the layers, in the same order
     :param records: the forward pass's records (:func:`record_layers`), for the inputs
-    :param output_factors_: each layer's ``G`` for the batch (:func:`output_factors` or :func:`expected_output_factors`)
+    :param batch_output_factors: each layer's ``G`` for the batch (:func:`output_factors` or :func:`expected_output_factors`)
     :param decay: the moving average's decay
     """
-    for running, layer, output_factor in zip(factors, layers, output_factors_, strict=True):
+    for running, layer, output_factor in zip(factors, layers, batch_output_factors, strict=True):
         running.update(input_factor(layer, records[layer].inputs), output_factor, decay)
 
 
