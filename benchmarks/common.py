@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 import yaml
@@ -170,17 +171,35 @@ def default_hyperparams(algo: str) -> Path:
     return Path(spec.origin).parent / "hyperparams" / f"{algo}.yml"
 
 
+#: The YAML anchor of the RL Zoo's MuJoCo settings (``Ant-v4: &mujoco-defaults`` in its ``trpo.yml`` and ``ppo.yml``):
+#: the settings the Zoo means for a MuJoCo task it has no entry for.
+MUJOCO_DEFAULTS_ANCHOR = re.compile(r"^([\w.-]+):\s*&mujoco-defaults\b", re.MULTILINE)
+
+
 def hyperparams_entry(conf: Path, env_id: str) -> dict[str, Any]:
     """
-    The entry of ``env_id`` in a Zoo hyperparameter file (a ``-v5`` id falls back to its ``-v4`` entry).
+    The entry of ``env_id`` in a Zoo hyperparameter file: a ``-v5`` id falls back to its ``-v4`` entry, and a MuJoCo
+    task the file does not list to the entry that defines the file's ``&mujoco-defaults`` anchor (the RL Zoo's files
+    have one; its n_timesteps is the task's budget only when ``--timesteps`` is not given).
 
     :raises ValueError: when the file has no entry for the environment
     """
-    entries = yaml.safe_load(conf.read_text(encoding="utf-8"))
-    for candidate in (env_id, env_id.replace("-v5", "-v4")):
+    text = conf.read_text(encoding="utf-8")
+    entries = yaml.safe_load(text)
+    candidates = [env_id, env_id.replace("-v5", "-v4")]
+    anchor = MUJOCO_DEFAULTS_ANCHOR.search(text)
+    if anchor is not None and is_mujoco(env_id):
+        candidates.append(anchor.group(1))
+    for candidate in candidates:
         if candidate in entries:
             return dict(entries[candidate])
     raise ValueError(f"{conf} has no hyperparameters for {env_id}: give the algorithm a file with --conf ALGO=FILE")
+
+
+def is_mujoco(env_id: str) -> bool:
+    """Whether Gymnasium registers ``env_id`` as one of its MuJoCo tasks (by its entry point; nothing is imported)."""
+    spec = gym.registry.get(env_id)
+    return spec is not None and "mujoco" in str(spec.entry_point)
 
 
 def contrib_kl_scale(hyperparams: dict[str, Any], action_dims: int) -> dict[str, Any]:

@@ -363,3 +363,22 @@ def test_matrix_mujoco_rows_are_runs_of_the_shipped_entries_on_every_reported_se
         assert sorted(run["seed"] for run in cell) == REPORTED_MUJOCO_SEEDS[algo], env_id
         shipped = hyperparams_entry(hyperparams_path(algo), env_id)
         assert [run["hyperparams"] for run in cell] == [shipped] * len(cell), f"{env_id}: not the shipped entry"
+
+
+def test_a_mujoco_task_a_zoo_file_does_not_list_gets_its_mujoco_defaults(tmp_path):
+    """What the RL Zoo means for such a task (sb3-contrib's TRPO on Reacher-v5, say); other tasks still need an entry."""
+    conf = tmp_path / "algo.yml"
+    conf.write_text(
+        "default: &base\n  policy: MlpPolicy\nAnt-v4: &mujoco-defaults\n  <<: *base\n  normalize: true\n"
+        "Swimmer-v4:\n  <<: *mujoco-defaults\n  gamma: 0.9999\n",
+        encoding="utf-8",
+    )
+    mujoco_defaults = {"policy": "MlpPolicy", "normalize": True}
+    assert hyperparams_entry(conf, "Reacher-v5") == mujoco_defaults
+    assert hyperparams_entry(conf, "InvertedDoublePendulum-v5") == mujoco_defaults
+    assert hyperparams_entry(conf, "Swimmer-v5")["gamma"] == 0.9999  # a listed task keeps its own entry
+    with pytest.raises(ValueError, match="no hyperparameters for CartPole-v1"):
+        hyperparams_entry(conf, "CartPole-v1")
+    conf.write_text("Ant-v4:\n  policy: MlpPolicy\n", encoding="utf-8")  # no anchor: no fallback
+    with pytest.raises(ValueError, match="no hyperparameters for Reacher-v5"):
+        hyperparams_entry(conf, "Reacher-v5")
