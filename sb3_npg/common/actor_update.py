@@ -39,19 +39,19 @@ from sb3_npg.common.distributions import frozen_copy, frozen_distribution, mean_
 from sb3_npg.common.fisher import analytic_fisher_product
 from sb3_npg.common.natural_gradient import MatVec, fisher_vector_product
 from sb3_npg.common.natural_step import (
-    CG_EVENTS,
     NO_METRICS,
     NO_STEP,
     REFUSED_STEP_EVENTS,
     PolicyObjective,
     SkippedStep,
-    SolverSettings,
     StepOutcome,
     StepProposal,
+    StepSettings,
     TrustRegion,
     propose_step,
     surrogate_and_kl,
 )
+from sb3_npg.common.solvers import CG_EVENTS, ConjugateGradientSolver, FisherSolver
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import scheduled_value
 
@@ -92,6 +92,12 @@ class ActorUpdate(BaseAlgorithm):
     def target_kl_schedule(self) -> Schedule:
         """``target_kl`` as a function of the remaining progress (SB3's ``FloatSchedule``: a float is a constant)."""
         return FloatSchedule(self.target_kl)
+
+    @property
+    def solver(self) -> FisherSolver:
+        """The part that turns the policy gradient into the natural direction, from the options in place:
+        conjugate gradient on Fisher-vector products (``cg_max_steps``, ``cg_residual_tol``)."""
+        return ConjugateGradientSolver(self.cg_max_steps, self.cg_residual_tol)
 
     def current_target_kl(self) -> float:
         """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, > 0 and finite."""
@@ -167,7 +173,7 @@ class ActorUpdate(BaseAlgorithm):
         if entropy is not None:
             stats.add(batch.size, entropy=entropy.mean().detach())
         fisher = self._fisher_product(batch, distribution, frozen)
-        settings = SolverSettings(self.cg_max_steps, self.cg_residual_tol, self.current_target_kl())
+        settings = StepSettings(self.solver, self.current_target_kl())
         measure = partial(self._measure, region)
         try:
             proposal = propose_step(

@@ -6,9 +6,10 @@ behaviour policy (the one that collected them) stays within ``target_kl``. A ste
 1. :func:`surrogate_and_kl`, the one place where the objective is written: the surrogate ``mean(ratio * advantage)``
    with the ratio against the behaviour policy's log-probabilities (the rollout's), and the mean KL from the
    behaviour policy. It measures the step's base point (with gradients) and every candidate (without).
-2. :func:`propose_step`: the surrogate's gradient ``g``, conjugate gradient on Fisher-vector products for
-   ``s ~= (F + d I)^-1 g`` (``d`` the damping), and the KL-scaled step ``sqrt(2 * target_kl / s^T (F + d I) s) * s``;
-   a non-finite or degenerate quantity raises :class:`SkippedStep` and nothing is applied.
+2. :func:`propose_step`: the surrogate's gradient ``g``, the algorithm's Fisher solver (:mod:`sb3_npg.common.solvers`:
+   conjugate gradient on Fisher-vector products by default) for ``s ~= (F + d I)^-1 g`` (``d`` the damping), and the
+   KL-scaled step ``sqrt(2 * target_kl / s^T (F + d I) s) * s``; a non-finite or degenerate quantity raises
+   :class:`SkippedStep` and nothing is applied.
 3. The algorithm's acceptance hook turns the :class:`StepProposal` into a :class:`StepOutcome`: NPG takes the full
    step, TRPO backtracks until the candidate is inside the :class:`TrustRegion`.
 
@@ -30,12 +31,12 @@ from sb3_npg.common.batches import PolicyBatch
 from sb3_npg.common.distributions import mean_kl
 from sb3_npg.common.natural_gradient import (
     MatVec,
-    conjugate_gradient,
     flat_grad,
     get_flat_params,
     kl_scaled_step_size,
     set_flat_params_,
 )
+from sb3_npg.common.solvers import FisherSolver
 
 #: The events that refuse a natural step (:class:`SkippedStep`): the parameters stay as they were.
 REFUSED_STEP_EVENTS = (
@@ -45,8 +46,6 @@ REFUSED_STEP_EVENTS = (
     "non_positive_curvature",
     "non_finite_step",
 )
-#: The events of conjugate gradient that let the step proceed from the iterate it reached.
-CG_EVENTS = ("cg_max_steps_reached", "cg_curvature_failure")
 #: The fraction of the full step in place when none is taken.
 NO_STEP = 0.0
 #: No metrics (an immutable empty mapping, safe as a default).
@@ -162,17 +161,15 @@ class StepOutcome(NamedTuple):
 
 
 @dataclass(frozen=True)
-class SolverSettings:
+class StepSettings:
     """
     How a natural step is solved and scaled.
 
-    :param cg_max_steps: the most Fisher-vector products conjugate gradient uses
-    :param cg_residual_tol: conjugate gradient stops once ``||g - F s||^2 <= cg_residual_tol * ||g||^2``
+    :param solver: the algorithm's Fisher solver (conjugate gradient by default)
     :param target_kl: the KL radius of the step
     """
 
-    cg_max_steps: int
-    cg_residual_tol: float
+    solver: FisherSolver
     target_kl: float
 
 
@@ -208,7 +205,7 @@ def propose_step(
     params: list[torch.nn.Parameter],
     fisher: MatVec,
     mean: Callable[[torch.Tensor], torch.Tensor],
-    settings: SolverSettings,
+    settings: StepSettings,
     region: TrustRegion,
     measure: Measure,
     count: Callable[[str], None],
@@ -220,18 +217,16 @@ def propose_step(
     :param params: the actor parameters
     :param fisher: the damped Fisher-vector product at the base point (averaged across ranks)
     :param mean: averages a per-rank mean of this batch across ranks (the identity in one process)
-    :param settings: conjugate gradient's budget and tolerance, and the KL radius
+    :param settings: the solver, and the KL radius
     :param region: the update's trust region, where the parameters stand now
     :param measure: measures candidates in ``region``, for the hook
-    :param count: called with each of :data:`CG_EVENTS` that happens
+    :param count: called with each of the solver's events that happens
     """
     gradient, gradient_norm = _policy_gradient(surrogate, params, mean)
-    solve = conjugate_gradient(fisher, gradient, settings.cg_max_steps, settings.cg_residual_tol)
-    if solve.curvature_failure:
-        count("cg_curvature_failure")
-    elif not solve.converged:
-        count("cg_max_steps_reached")
-    full_step = _scaled_step(solve.solution, solve.solution_curvature, settings.target_kl)
+    solved = settings.solver.solve(gradient, fisher)
+    for event in solved.events:
+        count(event)
+    full_step = _scaled_step(solved.direction, solved.curvature, settings.target_kl)
     expected_improvement = float(torch.dot(gradient, full_step))
     return StepProposal(
         params=params,
@@ -244,7 +239,6 @@ def propose_step(
         diagnostics={
             "policy_grad_norm": gradient_norm,
             "expected_improvement": expected_improvement,
-            "cg_iterations": float(solve.iterations),
-            "cg_residual": solve.residual,
+            **solved.diagnostics,
         },
     )

@@ -30,7 +30,8 @@ class NPG(NaturalPolicyGradient):
     Each update solves ``(F + cg_damping * I) s = g`` by conjugate gradient on Fisher-vector products (``F`` the
     Fisher matrix of the policy, ``g`` the gradient of the surrogate objective) and takes the full step
     ``sqrt(2 * target_kl / s^T (F + cg_damping * I) s) * s``, with no line search; the critic is fitted by minibatch
-    regression.
+    regression. Its parts: the solver, ``solver`` (conjugate gradient, :mod:`sb3_npg.common.solvers`); the step rule,
+    the KL-scaled step (:mod:`sb3_npg.common.natural_step`); the acceptance hook, :meth:`_accept_step` below.
 
     Actor and critic parameters are found from the computation graph, not from names, so custom policies work.
     With a shared features extractor (``share_features_extractor=True``, the default of ``CnnPolicy``) the

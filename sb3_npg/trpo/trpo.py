@@ -32,7 +32,9 @@ class TRPO(NaturalPolicyGradient):
     configurations run unchanged (the KL convention below differs: see ``target_kl``). The natural step
     ``sqrt(2 * target_kl / s^T (F + cg_damping * I) s) * s`` is shrunk by ``line_search_shrinking_factor`` until the
     KL from the old policy is at most ``target_kl`` and the surrogate objective improved; if no candidate passes, the
-    old parameters are kept.
+    old parameters are kept. Its parts: the solver, ``solver`` (conjugate gradient, :mod:`sb3_npg.common.solvers`);
+    the step rule, the KL-scaled step (:mod:`sb3_npg.common.natural_step`); the acceptance hook, :meth:`_accept_step`
+    below.
 
     Actor and critic parameters are found from the computation graph, not from names, so custom policies work.
     With a shared features extractor (``share_features_extractor=True``, the default of ``CnnPolicy``) the
