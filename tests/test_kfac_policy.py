@@ -1,5 +1,7 @@
 """K-FAC for an SB3 policy's actor (``sb3_npg/common/kfac_policy.py``): coverage, exactness, the damped inverse, gSDE."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from gymnasium import spaces
@@ -10,7 +12,7 @@ from torch import nn
 from sb3_npg import NPG
 from sb3_npg.common.distributions import detached_distribution, mean_kl
 from sb3_npg.common.fisher import analytic_fisher_product
-from sb3_npg.common.kfac import KroneckerFactors, damped_factors
+from sb3_npg.common.kfac import KroneckerFactors, damped_factors, record_layers
 from sb3_npg.common.kfac_policy import (
     GAUSSIAN_LOG_STD,
     GSDE_LOG_STD,
@@ -22,6 +24,7 @@ from sb3_npg.common.kfac_policy import (
     kfac_product,
     to_actor_order,
     to_plan_order,
+    true_fisher_output_factors,
 )
 from sb3_npg.common.natural_gradient import fisher_vector_product
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
@@ -253,6 +256,23 @@ def test_the_sampled_true_fisher_approaches_the_closed_form(case):
     for exact, estimate in zip(closed.layer_factors, sampled.layer_factors, strict=True):
         assert torch.equal(exact.factors()[0], estimate.factors()[0])
         assert _relative_error(estimate.factors()[1], exact.factors()[1]) < 0.08  # measured: at most 0.04
+
+
+def test_a_distribution_without_a_closed_form_is_sampled():
+    """A distribution ``fisher.py`` does not know (here a stand-in holding a torch Normal) falls back to sampling."""
+    policy = _policy(BOX, net_arch=[8])
+    _, plan, _ = _curvature(policy, _observations(4, seed=0))
+    with record_layers(plan.layers) as records:
+        distribution = policy.get_distribution(_observations(64, seed=16))
+    layer_records = [records[layer] for layer in plan.layers]
+    unknown = SimpleNamespace(distribution=distribution.distribution)
+    fallback = true_fisher_output_factors(unknown, layer_records, torch.Generator().manual_seed(3))
+    forced = true_fisher_output_factors(distribution, layer_records, torch.Generator().manual_seed(3), sampled=True)
+    closed = true_fisher_output_factors(distribution, layer_records, torch.Generator().manual_seed(3))
+    assert all(torch.equal(one, two) for one, two in zip(fallback, forced, strict=True))
+    assert not torch.allclose(fallback[-1], closed[-1])
+    with pytest.raises(TypeError, match="No torch distribution"):
+        true_fisher_output_factors(SimpleNamespace(), layer_records, torch.Generator())
 
 
 def test_the_sampled_fisher_is_reproducible_with_the_generator():
