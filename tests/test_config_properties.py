@@ -92,6 +92,7 @@ OPTIONS = {
     "cg_residual_tol": _float_option(0.0, math.inf, sample_high=1.0),
     "policy_batch_size": _int_option(1, 64, 1, optional=True),
     "fisher": _choice_option(("analytic", "autograd")),
+    "fisher_solver": _choice_option(("cg", "kfac", "kfac_preconditioned_cg")),
     "fisher_sub_sampling_factor": _int_option(1, 6, 1),
     "critic_fit": _choice_option(("minibatch", "lbfgs")),
     "normalize_value_targets": _bool_option(),
@@ -115,6 +116,8 @@ def configurations(draw, algo, invalid=None):
     env_kind = draw(st.sampled_from(sorted(ENVS)))
     if env_kind == "discrete":
         kwargs.pop("use_sde", None)  # gSDE on Discrete actions is drawn as invalid below
+    if kwargs.get("fisher_solver", "cg") != "cg" and kwargs.get("cg_damping", 1.0) == 0.0:
+        kwargs["cg_damping"] = draw(st.floats(1e-6, 10.0))  # K-FAC's inverse needs damping
     batch = _policy_batch(kwargs)
     if kwargs.get("fisher_sub_sampling_factor", 1) > max(1, batch - 1):  # the Fisher needs 2 samples of each batch
         kwargs["fisher_sub_sampling_factor"] = draw(st.integers(1, max(1, batch - 1)))

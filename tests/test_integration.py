@@ -214,6 +214,7 @@ def test_set_parameters_copies_one_model_into_another(algo):
         ("fisher", "exact"),
         ("fisher_sub_sampling_factor", 0),
         ("critic_fit", "adam"),
+        ("fisher_solver", "lbfgs"),
         ("normalize_value_targets", "yes"),
     ],
 )

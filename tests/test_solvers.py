@@ -1,10 +1,14 @@
 """The Fisher solver is a part the algorithm holds: conjugate gradient by default, any :class:`FisherSolver` in its place."""
 
+import warnings
+
 import pytest
 import torch
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_npg import NPG, TRPO
-from sb3_npg.common.natural_gradient import get_flat_params
+from sb3_npg.common.natural_gradient import conjugate_gradient, get_flat_params
 from sb3_npg.common.solvers import (
     CG_CURVATURE_FAILURE,
     CG_MAX_STEPS_REACHED,
@@ -24,7 +28,7 @@ def _spd(size: int, seed: int = 0) -> torch.Tensor:
 
 def test_conjugate_gradient_solves_and_gives_the_curvature_of_its_solution():
     matrix, gradient = _spd(6), torch.linspace(-1.0, 1.0, 6, dtype=torch.float64)
-    solved = ConjugateGradientSolver(max_steps=50, residual_tol=1e-24).solve(gradient, lambda v: matrix @ v)
+    solved = ConjugateGradientSolver(max_steps=50, residual_tol=1e-24).solve(gradient, lambda v: matrix @ v, None)
     assert torch.allclose(solved.direction, torch.linalg.solve(matrix, gradient), rtol=1e-8)
     assert solved.curvature == pytest.approx(float(solved.direction @ matrix @ solved.direction), rel=1e-8)
     assert solved.events == () and set(solved.diagnostics) == {"cg_iterations", "cg_residual"}
@@ -33,8 +37,8 @@ def test_conjugate_gradient_solves_and_gives_the_curvature_of_its_solution():
 
 def test_conjugate_gradient_reports_its_budget_and_a_curvature_failure():
     matrix, gradient = _spd(6), torch.ones(6, dtype=torch.float64)
-    assert ConjugateGradientSolver(2, 1e-24).solve(gradient, lambda v: matrix @ v).events == (CG_MAX_STEPS_REACHED,)
-    assert ConjugateGradientSolver(2, 1e-24).solve(gradient, lambda v: -v).events == (CG_CURVATURE_FAILURE,)
+    assert ConjugateGradientSolver(2, 1e-24).solve(gradient, lambda v: matrix @ v, None).events == (CG_MAX_STEPS_REACHED,)
+    assert ConjugateGradientSolver(2, 1e-24).solve(gradient, lambda v: -v, None).events == (CG_CURVATURE_FAILURE,)
 
 
 @pytest.mark.parametrize("algo", [NPG, TRPO])
@@ -53,7 +57,7 @@ class _GradientSolver(FisherSolver):
     def __init__(self):
         self.gradients = []
 
-    def solve(self, gradient, fisher):
+    def solve(self, gradient, fisher, observations):
         self.gradients.append(gradient.clone())
         return NaturalDirection(gradient, float(gradient @ fisher(gradient)), {"gradient_solver_calls": 1.0})
 
@@ -75,3 +79,85 @@ def test_another_solver_in_its_place_sets_the_direction_of_the_step(algo):
     assert model.logger.name_to_value["train/step_fraction"] > 0.0
     cosine = float(step @ solver.gradients[0] / (step.norm() * solver.gradients[0].norm()))
     assert cosine == pytest.approx(1.0, abs=1e-5)  # the step lies along the solver's direction
+
+
+def test_preconditioned_conjugate_gradient_needs_one_product_with_the_exact_inverse():
+    matrix, gradient = _spd(8), torch.linspace(-1.0, 2.0, 8, dtype=torch.float64)
+    exact = torch.linalg.solve(matrix, gradient)
+    preconditioned = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20, lambda v: torch.linalg.solve(matrix, v))
+    plain = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20)
+    assert preconditioned.iterations == 1 < plain.iterations
+    assert torch.allclose(preconditioned.solution, exact, rtol=1e-9) and torch.allclose(plain.solution, exact, rtol=1e-6)
+    # A diagonal preconditioner keeps the solution and the stopping rule on the same residual.
+    jacobi = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20, lambda v: v / torch.diagonal(matrix))
+    assert jacobi.converged and torch.allclose(jacobi.solution, exact, rtol=1e-6)
+
+
+def _one_step(algo, fisher_solver, env_id="Pendulum-v1", **options):
+    """The actor's step of one update of a fresh model (the same rollout for every solver: same seed)."""
+    settings = {**TINY, "target_kl": 1e-3, "fisher_solver": fisher_solver, **options}
+    model = algo("MlpPolicy", env_id, **settings)
+    start = get_flat_params(model.actor_parameters).clone()
+    model.learn(TINY["n_steps"])
+    return get_flat_params(model.actor_parameters) - start, model.logger.name_to_value
+
+
+def _cosine(a, b):
+    return float(a @ b / (a.norm() * b.norm()))
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_kfac_alone_is_the_solve_where_kfac_is_exact(algo):
+    """An actor that is one linear layer with a state-independent std: K-FAC is its Fisher, so with light damping
+    K-FAC's direction is conjugate gradient's converged one; a hidden layer makes it an approximation."""
+    exact = {"policy_kwargs": {"net_arch": []}, "cg_damping": 1e-4, "cg_max_steps": 100, "cg_residual_tol": 1e-12}
+    solved, solved_logs = _one_step(algo, "cg", **exact)
+    kfac, kfac_logs = _one_step(algo, "kfac", **exact)
+    assert solved_logs["train/cg_residual"] < 1e-10 and kfac_logs["train/cg_iterations"] == 0.0
+    assert _cosine(kfac, solved) > 0.999 and kfac_logs["train/cg_residual"] < 1e-3
+    hidden = {**exact, "policy_kwargs": {"net_arch": [16]}}
+    assert _one_step(algo, "kfac", **hidden)[1]["train/cg_residual"] > 10 * kfac_logs["train/cg_residual"]
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_kfac_preconditioned_cg_reaches_the_same_direction_as_cg(env_id):
+    tight = {"cg_max_steps": 200, "cg_residual_tol": 1e-10}
+    plain, plain_logs = _one_step(NPG, "cg", env_id, **tight)
+    preconditioned, logs = _one_step(NPG, "kfac_preconditioned_cg", env_id, **tight)
+    assert logs["train/cg_residual"] <= 1e-10 and plain_logs["train/cg_residual"] <= 1e-10
+    assert _cosine(preconditioned, plain) > 0.999
+    assert float(preconditioned.norm()) == pytest.approx(float(plain.norm()), rel=1e-2)
+
+
+def test_the_kfac_solvers_are_held_as_the_option_says_and_survive_save_and_load(tmp_path):
+    from sb3_npg.common.solvers import KroneckerFactoredSolver
+
+    model = NPG("MlpPolicy", "CartPole-v1", fisher_solver="kfac", **TINY)
+    assert isinstance(model.solver, KroneckerFactoredSolver)
+    model.fisher_solver = "kfac_preconditioned_cg"
+    assert isinstance(model.solver, ConjugateGradientSolver) and model.solver.preconditioning is not None
+    model.learn(TINY["n_steps"])
+    model.save(tmp_path / "kfac.zip")
+    loaded = NPG.load(tmp_path / "kfac.zip", env=model.get_env())
+    assert loaded.fisher_solver == "kfac_preconditioned_cg" and loaded.solver.preconditioning is not None
+    loaded.learn(TINY["n_steps"], reset_num_timesteps=False)
+    assert all(bool(torch.isfinite(p).all()) for p in loaded.policy.parameters())
+
+
+def _image_env():
+    """An image-observation environment, for CnnPolicy."""
+    from tests.test_integration import IMAGE, _SpacesEnv
+
+    return DummyVecEnv([lambda: _SpacesEnv(IMAGE, spaces.Discrete(2))])
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_the_kfac_solvers_refuse_what_they_cannot_factor(algo):
+    with pytest.raises(ValueError, match="`fisher_solver` must be one of"):
+        algo("MlpPolicy", "CartPole-v1", fisher_solver="lbfgs", **TINY)
+    with pytest.raises(ValueError, match=r"`fisher_solver`='kfac' needs cg_damping > 0"):
+        algo("MlpPolicy", "CartPole-v1", fisher_solver="kfac", cg_damping=0.0, **TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"`fisher_solver`='kfac_preconditioned_cg' cannot factor this actor"):
+            algo("CnnPolicy", _image_env(), fisher_solver="kfac_preconditioned_cg", **{**TINY, "policy_kwargs": {}})

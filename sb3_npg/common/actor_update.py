@@ -26,6 +26,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import FloatSchedule
 
 from sb3_npg.common.batches import (
+    Observations,
     PolicyBatch,
     RolloutTensors,
     first_tensor,
@@ -51,7 +52,8 @@ from sb3_npg.common.natural_step import (
     propose_step,
     surrogate_and_kl,
 )
-from sb3_npg.common.solvers import CG_EVENTS, ConjugateGradientSolver, FisherSolver
+from sb3_npg.common.kfac_policy import KfacPlan
+from sb3_npg.common.solvers import CG_EVENTS, ConjugateGradientSolver, FisherSolver, KroneckerFactoredSolver, kfac_inverse
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import scheduled_value
 
@@ -73,6 +75,9 @@ class ActorUpdate(BaseAlgorithm):
     cg_residual_tol: float
     cg_damping: float
     fisher: str
+    fisher_solver: str
+    _kfac_plan: KfacPlan
+    _kfac_generator: torch.Generator
     fisher_sub_sampling_factor: int
     sub_sampling_factor: int
     policy_batch_size: int | None
@@ -95,9 +100,17 @@ class ActorUpdate(BaseAlgorithm):
 
     @property
     def solver(self) -> FisherSolver:
-        """The part that turns the policy gradient into the natural direction, from the options in place:
-        conjugate gradient on Fisher-vector products (``cg_max_steps``, ``cg_residual_tol``)."""
-        return ConjugateGradientSolver(self.cg_max_steps, self.cg_residual_tol)
+        """The part that turns the policy gradient into the natural direction, from the options in place
+        (``fisher_solver``): conjugate gradient on Fisher-vector products (``cg_max_steps``, ``cg_residual_tol``),
+        preconditioned by K-FAC or not, or K-FAC alone."""
+        if self.fisher_solver == "kfac":
+            return KroneckerFactoredSolver(self._kfac_inverse)
+        preconditioning = self._kfac_inverse if self.fisher_solver == "kfac_preconditioned_cg" else None
+        return ConjugateGradientSolver(self.cg_max_steps, self.cg_residual_tol, preconditioning)
+
+    def _kfac_inverse(self, observations: Observations) -> MatVec:
+        """K-FAC's inverse of the damped Fisher of the actor on ``observations`` (at the parameters in place)."""
+        return kfac_inverse(self.policy, self._kfac_plan, self.cg_damping, self._kfac_generator, observations)
 
     def current_target_kl(self) -> float:
         """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, > 0 and finite."""
@@ -173,7 +186,7 @@ class ActorUpdate(BaseAlgorithm):
         if entropy is not None:
             stats.add(batch.size, entropy=entropy.mean().detach())
         fisher = self._fisher_product(batch, distribution, frozen)
-        settings = StepSettings(self.solver, self.current_target_kl())
+        settings = StepSettings(self.solver, self.current_target_kl(), self._fisher_observations(batch))
         measure = partial(self._measure, region)
         try:
             proposal = propose_step(
@@ -198,11 +211,10 @@ class ActorUpdate(BaseAlgorithm):
         :param frozen: the same, frozen (the base point of the KL whose Hessian the autograd product takes)
         :return: the product ``v -> (F + cg_damping * I) v``, averaged across ranks
         """
-        observations = batch.observations
+        observations = self._fisher_observations(batch)
         if self.fisher_sub_sampling_factor > 1:
             # A forward pass on the subset: products then cost the subset's size (slicing the whole batch's statistics
             # would keep every product's backward pass over the whole batch).
-            observations = select_rows(observations, slice(None, None, self.fisher_sub_sampling_factor))
             distribution = copy.copy(self.policy.get_distribution(observations))
             if self.fisher == "autograd":
                 frozen = frozen_copy(self.policy, observations, distribution)
@@ -211,6 +223,12 @@ class ActorUpdate(BaseAlgorithm):
         else:
             product = fisher_vector_product(mean_kl(frozen, distribution), self._actor_params, self.cg_damping)
         return self._reducer.averaged(product, len(first_tensor(observations)))
+
+    def _fisher_observations(self, batch: PolicyBatch) -> Observations:
+        """The samples of ``batch`` the Fisher is measured on: every ``fisher_sub_sampling_factor``-th."""
+        if self.fisher_sub_sampling_factor > 1:
+            return select_rows(batch.observations, slice(None, None, self.fisher_sub_sampling_factor))
+        return batch.observations
 
     def _accept_safely(self, proposal: StepProposal) -> StepOutcome:
         """The hook's outcome; an interrupt mid line search leaves the last accepted parameters, not a candidate."""

@@ -51,6 +51,8 @@ from sb3_npg.common.checks import (
 from sb3_npg.common.critic import CRITIC_FITS, CriticFit, make_critic_optimizer
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS, Reducer, init_process_group
 from sb3_npg.common.fisher import ANALYTIC_FISHER_DISTRIBUTIONS
+from sb3_npg.common.kfac_policy import build_kfac_plan
+from sb3_npg.common.solvers import FISHER_SOLVERS
 from sb3_npg.common.persistence import RecordedFormat
 from sb3_npg.common.policy_parameters import split_actor_critic_parameters
 from sb3_npg.common.stats import WeightedMeans
@@ -160,6 +162,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         cg_residual_tol: float = 1e-10,
         policy_batch_size: int | None = None,
         fisher: str = "analytic",
+        fisher_solver: str = "cg",
         fisher_sub_sampling_factor: int = 1,
         critic_fit: str = "minibatch",
         normalize_value_targets: bool = False,
@@ -199,7 +202,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         self.normalize_advantage = normalize_advantage
         # Conjugate gradient and its Fisher-vector products.
         self.cg_max_steps, self.cg_damping, self.cg_residual_tol = cg_max_steps, cg_damping, cg_residual_tol
-        self.fisher, self.fisher_sub_sampling_factor = fisher, fisher_sub_sampling_factor
+        self.fisher, self.fisher_solver, self.fisher_sub_sampling_factor = fisher, fisher_solver, fisher_sub_sampling_factor
         # The critic's fit.
         self.critic_fit, self.n_critic_updates, self.batch_size = critic_fit, n_critic_updates, batch_size
         self.max_grad_norm = max_grad_norm  # type: ignore[assignment]
@@ -237,6 +240,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "policy_batch_size": OPTIONAL_POSITIVE_INT,
             "stats_window_size": POSITIVE_INT,
             "fisher": partial(check_choice, choices=FISHER_PRODUCTS),
+            "fisher_solver": partial(check_choice, choices=FISHER_SOLVERS),
             "fisher_sub_sampling_factor": POSITIVE_INT,
             "critic_fit": partial(check_choice, choices=CRITIC_FITS),
             "normalize_value_targets": check_bool,
@@ -280,11 +284,26 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         if self.normalize_value_targets:
             install_value_head(self.policy)  # before the split: the critic's parameters are the head's
         self._actor_params, self._critic_params = split_actor_critic_parameters(self.policy)
+        if self.fisher_solver != "cg":
+            self._setup_kfac()
         # The critic's optimizer covers the critic's own parameters only: the actor moves by natural steps.
         self.policy.optimizer = make_critic_optimizer(
             self.policy.optimizer_class, self._critic_params, self.lr_schedule(1), self.policy.optimizer_kwargs
         )
         self._reducer.broadcast_(list(self.policy.parameters()))  # every rank starts from the main rank's weights
+
+    def _setup_kfac(self) -> None:
+        """The K-FAC blocks of the actor, for ``fisher_solver="kfac"`` or ``"kfac_preconditioned_cg"``."""
+        if self.distributed or not self.cg_damping > 0.0:
+            raise ConfigurationError(
+                f"`fisher_solver`={self.fisher_solver!r} needs cg_damping > 0 and one process (not distributed=True): "
+                f"got cg_damping={self.cg_damping} and distributed={self.distributed}"
+            )
+        try:
+            self._kfac_plan = build_kfac_plan(self.policy, self._actor_params)
+        except ValueError as error:
+            raise ConfigurationError(f"`fisher_solver`={self.fisher_solver!r} cannot factor this actor: {error}") from error
+        self._kfac_generator = torch.Generator(device=self.device).manual_seed(self.seed or 0)
 
     @property
     def actor_parameters(self) -> tuple[torch.nn.Parameter, ...]:
@@ -399,4 +418,6 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "_reducer",
             "_normalization_base",
             "_warned_sb3_loop",
+            "_kfac_plan",
+            "_kfac_generator",
         ]

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from stable_baselines3.common.distributions import Distribution
 
-from sb3_npg.common.batches import PolicyBatch
+from sb3_npg.common.batches import Observations, PolicyBatch
 from sb3_npg.common.distributions import mean_kl
 from sb3_npg.common.natural_gradient import (
     MatVec,
@@ -167,10 +167,12 @@ class StepSettings:
 
     :param solver: the algorithm's Fisher solver (conjugate gradient by default)
     :param target_kl: the KL radius of the step
+    :param observations: the samples the Fisher-vector products are measured on (for a solver's own curvature)
     """
 
     solver: FisherSolver
     target_kl: float
+    observations: Observations
 
 
 def _policy_gradient(
@@ -223,7 +225,7 @@ def propose_step(
     :param count: called with each of the solver's events that happens
     """
     gradient, gradient_norm = _policy_gradient(surrogate, params, mean)
-    solved = settings.solver.solve(gradient, fisher)
+    solved = settings.solver.solve(gradient, fisher, settings.observations)
     for event in solved.events:
         count(event)
     full_step = _scaled_step(solved.direction, solved.curvature, settings.target_kl)

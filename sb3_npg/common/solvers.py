@@ -2,20 +2,30 @@
 
 An algorithm holds one (``solver``, built from its options at each update) and every natural step asks it for
 ``s ~= (F + d I)^-1 g`` and the curvature ``s^T (F + d I) s`` of the damped quadratic KL model, which scales the step
-(:func:`~sb3_npg.common.natural_gradient.kl_scaled_step_size`). Today's solver is conjugate gradient on Fisher-vector
-products (:class:`ConjugateGradientSolver`); a K-FAC solver (:mod:`sb3_npg.common.kfac`) is the next one, as a
-:class:`FisherSolver` like this one, not another base class of the algorithm.
+(:func:`~sb3_npg.common.natural_gradient.kl_scaled_step_size`):
+
+- :class:`ConjugateGradientSolver`: conjugate gradient on Fisher-vector products (the default, ``fisher_solver="cg"``),
+  optionally preconditioned by K-FAC's inverse on the step's samples (``"kfac_preconditioned_cg"``): the same
+  residual, in fewer products where K-FAC resembles the Fisher;
+- :class:`KroneckerFactoredSolver`: K-FAC's inverse alone replaces the solve (``"kfac"``); one exact Fisher product
+  gives the curvature, so the step is scaled by the same damped KL model as conjugate gradient's.
+
+K-FAC's inverse on a batch is :func:`kfac_inverse` (:mod:`sb3_npg.common.kfac_policy`, :mod:`sb3_npg.common.kfac`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
 
+from sb3_npg.common.batches import Observations
+from sb3_npg.common.kfac_policy import KfacCurvature, KfacPlan, batch_curvature, kfac_natural_direction
 from sb3_npg.common.natural_gradient import MatVec, conjugate_gradient
 
 #: Conjugate gradient stopped at its budget (``cg_max_steps``) before its tolerance: the step proceeds from there.
@@ -24,6 +34,12 @@ CG_MAX_STEPS_REACHED = "cg_max_steps_reached"
 CG_CURVATURE_FAILURE = "cg_curvature_failure"
 #: The events of conjugate gradient that let the step proceed from the iterate it reached.
 CG_EVENTS = (CG_MAX_STEPS_REACHED, CG_CURVATURE_FAILURE)
+#: ``fisher_solver`` options: conjugate gradient, K-FAC alone, conjugate gradient preconditioned by K-FAC.
+FISHER_SOLVERS = ("cg", "kfac", "kfac_preconditioned_cg")
+#: K-FAC's factors of one step are measured on that step's samples alone (no running average across steps).
+FRESH_FACTORS = 0.0
+#: A solver's curvature on a batch: the product ``v -> M^-1 v`` of an approximate inverse of the damped Fisher there.
+Preconditioning = Callable[[Observations], MatVec]
 
 
 @dataclass(frozen=True)
@@ -50,12 +66,13 @@ class FisherSolver(ABC):
     events: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
-    def solve(self, gradient: torch.Tensor, fisher: MatVec) -> NaturalDirection:
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
         """
         The natural direction of ``gradient``.
 
         :param gradient: the policy gradient ``g`` over the actor parameters (flat, averaged across ranks)
         :param fisher: the damped Fisher-vector product ``v -> (F + d I) v`` at the step's base point
+        :param observations: the samples ``fisher`` is measured on, for a solver that measures curvature of its own
         :return: the direction, its curvature, and the solver's diagnostics and events
         """
 
@@ -67,15 +84,17 @@ class ConjugateGradientSolver(FisherSolver):
 
     :param max_steps: the most Fisher-vector products (``cg_max_steps``)
     :param residual_tol: stop once ``||g - A s||^2 <= residual_tol * ||g||^2`` (``cg_residual_tol``)
+    :param preconditioning: an approximate inverse of the damped Fisher on the step's samples (K-FAC's), or ``None``
     """
 
     events: ClassVar[tuple[str, ...]] = CG_EVENTS
 
-    def __init__(self, max_steps: int, residual_tol: float):
-        self.max_steps, self.residual_tol = max_steps, residual_tol
+    def __init__(self, max_steps: int, residual_tol: float, preconditioning: Preconditioning | None = None):
+        self.max_steps, self.residual_tol, self.preconditioning = max_steps, residual_tol, preconditioning
 
-    def solve(self, gradient: torch.Tensor, fisher: MatVec) -> NaturalDirection:
-        result = conjugate_gradient(fisher, gradient, self.max_steps, self.residual_tol)
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
+        preconditioner = None if self.preconditioning is None else self.preconditioning(observations)
+        result = conjugate_gradient(fisher, gradient, self.max_steps, self.residual_tol, preconditioner)
         if result.curvature_failure:
             events: tuple[str, ...] = (CG_CURVATURE_FAILURE,)
         elif not result.converged:
@@ -84,3 +103,43 @@ class ConjugateGradientSolver(FisherSolver):
             events = ()
         diagnostics = {"cg_iterations": float(result.iterations), "cg_residual": result.residual}
         return NaturalDirection(result.solution, result.solution_curvature, diagnostics, events)
+
+
+class KroneckerFactoredSolver(FisherSolver):
+    """
+    K-FAC's inverse of the damped Fisher on the step's samples as the direction (Martens and Grosse 2015,
+    https://arxiv.org/abs/1503.05671), with one exact Fisher product for its curvature; ``cg_residual`` logs how far
+    it is from solving ``(F + d I) s = g``.
+
+    :param preconditioning: K-FAC's inverse on a batch (:func:`kfac_inverse`)
+    """
+
+    def __init__(self, preconditioning: Preconditioning):
+        self.preconditioning = preconditioning
+
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
+        direction = self.preconditioning(observations)(gradient)
+        product = fisher(direction)
+        gradient_dot_gradient = float(torch.dot(gradient, gradient))
+        residual = float(torch.dot(gradient - product, gradient - product)) / gradient_dot_gradient
+        diagnostics = {"cg_iterations": 0.0, "cg_residual": residual}
+        return NaturalDirection(direction, float(torch.dot(direction, product)), diagnostics)
+
+
+def kfac_inverse(
+    policy: ActorCriticPolicy, plan: KfacPlan, damping: float, generator: torch.Generator, observations: Observations
+) -> MatVec:
+    """
+    K-FAC's inverse of ``F + damping I`` for the policy's actor on ``observations``: the true-Fisher factors of that
+    batch (closed form for SB3's distributions), each layer's block inverted with the pi-corrected damping.
+
+    :param policy: the policy, at the step's base point
+    :param plan: its K-FAC blocks (:func:`~sb3_npg.common.kfac_policy.build_kfac_plan`)
+    :param damping: the damping, > 0 (``cg_damping``)
+    :param generator: the random source where a distribution's Fisher is sampled
+    :param observations: the step's samples
+    :return: the product ``v -> K^-1 v``, vectors in the actor parameters' order
+    """
+    curvature = KfacCurvature.for_plan(plan)
+    curvature.update(batch_curvature(plan, policy, observations, generator), FRESH_FACTORS)
+    return partial(kfac_natural_direction, plan, curvature, damping=damping)

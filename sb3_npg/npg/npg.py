@@ -89,6 +89,13 @@ class NPG(NaturalPolicyGradient):
         distribution's analytic Fisher ``M`` (Categorical, MultiCategorical, Bernoulli, diagonal Gaussian and gSDE);
         ``"autograd"``: double backward through the KL, for custom distributions (``benchmarks/bench_fisher.py``
         times both)
+    :param fisher_solver: How each natural direction ``(F + cg_damping * I)^-1 g`` is found. ``"cg"`` (default):
+        conjugate gradient on Fisher-vector products. ``"kfac"``: K-FAC's inverse of the damped Fisher on the step's
+        samples (Kronecker-factored blocks of the actor's linear layers, exact blocks for ``log_std``; the true Fisher
+        of the policy's own actions), with one Fisher product to scale the step by the same KL model (``cg_residual``
+        logs how far it is from the solve). ``"kfac_preconditioned_cg"``: conjugate gradient preconditioned by it: the
+        same stopping rule, in fewer products where K-FAC resembles the Fisher. The K-FAC options need
+        ``cg_damping`` > 0, linear layers (not ``CnnPolicy``'s convolutions) and one process (not ``distributed``)
     :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
         only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
         baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the
@@ -155,6 +162,7 @@ class NPG(NaturalPolicyGradient):
         cg_residual_tol: float = 1e-10,
         policy_batch_size: int | None = None,
         fisher: str = "analytic",
+        fisher_solver: str = "cg",
         fisher_sub_sampling_factor: int = 1,
         critic_fit: str = "minibatch",
         normalize_value_targets: bool = False,
@@ -192,6 +200,7 @@ class NPG(NaturalPolicyGradient):
             cg_residual_tol=cg_residual_tol,
             policy_batch_size=policy_batch_size,
             fisher=fisher,
+            fisher_solver=fisher_solver,
             fisher_sub_sampling_factor=fisher_sub_sampling_factor,
             critic_fit=critic_fit,
             normalize_value_targets=normalize_value_targets,
