@@ -29,6 +29,8 @@ CASES = [
     (TRPO, "CartPole-v1", {}),
     (TRPO, "Pendulum-v1", {}),
     (TRPO, "Pendulum-v1", {"normalize_value_targets": True}),
+    (NPG, "Pendulum-v1", {"fisher_solver": "kfac"}),
+    (TRPO, "CartPole-v1", {"fisher_solver": "kfac_preconditioned_cg"}),
 ]
 BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
 #: The largest relative difference tolerated between the distributed and the single-process parameters.

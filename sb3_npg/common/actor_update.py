@@ -110,7 +110,8 @@ class ActorUpdate(BaseAlgorithm):
 
     def _kfac_inverse(self, observations: Observations) -> MatVec:
         """K-FAC's inverse of the damped Fisher of the actor on ``observations`` (at the parameters in place)."""
-        return kfac_inverse(self.policy, self._kfac_plan, self.cg_damping, self._kfac_generator, observations)
+        mean = partial(self._reducer.mean, weight=len(first_tensor(observations)))
+        return kfac_inverse(self.policy, self._kfac_plan, self.cg_damping, self._kfac_generator, mean, observations)
 
     def current_target_kl(self) -> float:
         """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, > 0 and finite."""

@@ -294,11 +294,8 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
 
     def _setup_kfac(self) -> None:
         """The K-FAC blocks of the actor, for ``fisher_solver="kfac"`` or ``"kfac_preconditioned_cg"``."""
-        if self.distributed or not self.cg_damping > 0.0:
-            raise ConfigurationError(
-                f"`fisher_solver`={self.fisher_solver!r} needs cg_damping > 0 and one process (not distributed=True): "
-                f"got cg_damping={self.cg_damping} and distributed={self.distributed}"
-            )
+        if not self.cg_damping > 0.0:
+            raise ConfigurationError(f"`fisher_solver`={self.fisher_solver!r} needs cg_damping > 0, got {self.cg_damping}")
         try:
             self._kfac_plan = build_kfac_plan(self.policy, self._actor_params)
         except ValueError as error:
@@ -349,6 +346,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "batch_size": self.batch_size,
             "n_critic_updates": self.n_critic_updates,
             "critic_fit": CRITIC_FITS.index(self.critic_fit),
+            "fisher_solver": FISHER_SOLVERS.index(self.fisher_solver),
             "normalize_value_targets": int(self.normalize_value_targets),
             "normalize_advantage": int(self.normalize_advantage),
         }

@@ -25,7 +25,7 @@ import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_npg.common.batches import Observations
-from sb3_npg.common.kfac_policy import KfacCurvature, KfacPlan, batch_curvature, kfac_natural_direction
+from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, batch_curvature, kfac_natural_direction
 from sb3_npg.common.natural_gradient import MatVec, conjugate_gradient
 
 #: Conjugate gradient stopped at its budget (``cg_max_steps``) before its tolerance: the step proceeds from there.
@@ -127,19 +127,32 @@ class KroneckerFactoredSolver(FisherSolver):
 
 
 def kfac_inverse(
-    policy: ActorCriticPolicy, plan: KfacPlan, damping: float, generator: torch.Generator, observations: Observations
+    policy: ActorCriticPolicy,
+    plan: KfacPlan,
+    damping: float,
+    generator: torch.Generator,
+    mean: Callable[[torch.Tensor], torch.Tensor],
+    observations: Observations,
 ) -> MatVec:
     """
     K-FAC's inverse of ``F + damping I`` for the policy's actor on ``observations``: the true-Fisher factors of that
-    batch (closed form for SB3's distributions), each layer's block inverted with the pi-corrected damping.
+    batch (closed form for SB3's distributions) over every rank's samples, each layer's block inverted with the
+    pi-corrected damping.
 
     :param policy: the policy, at the step's base point
     :param plan: its K-FAC blocks (:func:`~sb3_npg.common.kfac_policy.build_kfac_plan`)
     :param damping: the damping, > 0 (``cg_damping``)
     :param generator: the random source where a distribution's Fisher is sampled
+    :param mean: averages a mean over this rank's samples across ranks (the identity in one process): every factor
+        and block is such a mean, so the factors are those of all ranks' samples together, exactly
     :param observations: the step's samples
     :return: the product ``v -> K^-1 v``, vectors in the actor parameters' order
     """
+    local = batch_curvature(plan, policy, observations, generator)
+    combined = BatchCurvature(
+        [(mean(inputs), mean(outputs)) for inputs, outputs in local.layer_factors],
+        [mean(block) for block in local.block_fishers],
+    )
     curvature = KfacCurvature.for_plan(plan)
-    curvature.update(batch_curvature(plan, policy, observations, generator), FRESH_FACTORS)
+    curvature.update(combined, FRESH_FACTORS)
     return partial(kfac_natural_direction, plan, curvature, damping=damping)

@@ -95,7 +95,8 @@ class NPG(NaturalPolicyGradient):
         of the policy's own actions), with one Fisher product to scale the step by the same KL model (``cg_residual``
         logs how far it is from the solve). ``"kfac_preconditioned_cg"``: conjugate gradient preconditioned by it: the
         same stopping rule, in fewer products where K-FAC resembles the Fisher. The K-FAC options need
-        ``cg_damping`` > 0, linear layers (not ``CnnPolicy``'s convolutions) and one process (not ``distributed``)
+        ``cg_damping`` > 0 and linear layers (not ``CnnPolicy``'s convolutions); with ``distributed``, the factors
+        are those of every rank's samples together
     :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
         only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
         baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the
