@@ -5,6 +5,7 @@ closing notes and docs/benchmarks.md::
 
     .venv/bin/python -m benchmarks.learning --seeds 0,1,2 --out benchmarks/results/learning.jsonl
     .venv/bin/python -m benchmarks.learning --table benchmarks/results/learning.jsonl   # the table of docs/benchmarks.md
+    .venv/bin/python -m benchmarks.learning --fisher-solver kfac --out benchmarks/results/learning_kfac.jsonl
 
 Each cell of the table is the best deterministic evaluation mean (10 episodes), the step count at which training
 stopped (threshold reached, or the budget spent), and the wall time of ``learn()``.
@@ -27,6 +28,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from benchmarks.common import LEARNING_CONFIGS, N_EVAL_EPISODES
 from sb3_npg import NPG, TRPO
 from sb3_npg.common.algorithm import NaturalPolicyGradient
+from sb3_npg.common.solvers import FISHER_SOLVERS
 
 ALGOS: dict[str, type[NaturalPolicyGradient]] = {"npg": NPG, "trpo": TRPO}
 
@@ -114,6 +116,7 @@ def main() -> None:
     parser.add_argument("--envs", default=",".join(LEARNING_CONFIGS))
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--fisher-solver", default="cg", choices=FISHER_SOLVERS, help="the algorithms' fisher_solver")
     parser.add_argument("--out", type=Path, help="also write the results here, one JSON object per line")
     parser.add_argument("--table", type=Path, help="only print the markdown table of a results file written by --out")
     args = parser.parse_args()
@@ -126,7 +129,8 @@ def main() -> None:
     for env_id in args.envs.split(","):
         for algo in args.algos.split(","):
             for seed in map(int, args.seeds.split(",")):
-                lines.append(json.dumps(asdict(run_learning(algo, env_id, seed))))
+                settings = {"fisher_solver": args.fisher_solver}
+                lines.append(json.dumps(asdict(run_learning(algo, env_id, seed, settings))))
                 print(lines[-1], flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
