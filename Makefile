@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: bench-mujoco demo docs test test-slow test-sb3 test-sb3-contrib lint format type package bench bench-learning bench-update bench-fisher bench-learn bench-zoo clean
+.PHONY: bench-mujoco demo docs test test-slow test-sb3 test-sb3-contrib lint format type package bench bench-learning bench-update bench-fisher bench-solvers bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,10 @@ bench-update: $(VENV)/.installed-benchmarks
 # The Fisher-vector product implementations side by side.
 bench-fisher: $(VENV)/.installed-benchmarks
 	$(BIN)/python -m benchmarks.bench_fisher --out benchmarks/results/bench_fisher.json
+
+# K-FAC (alone, and as conjugate gradient's preconditioner) against plain conjugate gradient.
+bench-solvers: $(VENV)/.installed-benchmarks
+	$(BIN)/python -m benchmarks.bench_solvers --out benchmarks/results/bench_solvers.json
 
 # End to end against sb3-contrib's TRPO: wall time and final return over 5 seeds (resumes an interrupted run).
 bench-learn: $(VENV)/.installed-benchmarks
