@@ -10,12 +10,12 @@ from torch.distributions import Bernoulli, Categorical, Normal, kl_divergence
 from sb3_npg.common.kfac import (
     KroneckerFactors,
     damped_factors,
-    damped_inverse_product,
+    damped_inverse,
     expected_output_factors,
     gaussian_log_std_fisher,
     gaussian_mean_layer_factor,
     input_factor,
-    kfac_direction,
+    kfac_inverse,
     kfac_fisher_product,
     layer_matrices,
     layer_parameters,
@@ -171,12 +171,12 @@ def test_the_damped_inverse_is_a_dense_solve_with_the_pi_corrected_damped_kronec
         assert torch.allclose(actual, expected, rtol=1e-14, atol=0.0)
     matrix = torch.randn(out, in_ext, generator=generator, dtype=DTYPE)
     dense = torch.linalg.solve(torch.kron(g_damped, a_damped), matrix.reshape(-1)).reshape(out, in_ext)
-    assert _relative_error(damped_inverse_product(a, g, matrix, damping), dense) < 1e-10
+    assert _relative_error(damped_inverse(a, g, damping)(matrix), dense) < 1e-10
 
     layer = _linear(OBS_DIM, ACTION_DIM, 0)
     factors = KroneckerFactors()
     factors.update(a, g, decay=DECAY)
-    direction = kfac_direction([factors], [layer], _flat(matrix), damping)
+    direction = kfac_inverse([factors], [layer], damping)(_flat(matrix))
     assert _relative_error(direction, _flat(dense)) < 1e-10
 
 
@@ -249,12 +249,12 @@ def test_the_direction_inverts_the_product_layer_by_layer_and_a_zero_factor_leav
     layers, factors, _, _ = _gaussian_kfac_and_fisher(network, _observations(256, seed=15))
     size = sum(param.numel() for param in layer_parameters(layers))
     vector = torch.randn(size, generator=torch.Generator().manual_seed(16), dtype=DTYPE)
-    direction = kfac_direction(factors, layers, vector, damping=1e-24)
+    direction = kfac_inverse(factors, layers, damping=1e-24)(vector)
     assert _relative_error(kfac_fisher_product(factors, layers, direction), vector) < 1e-8
     a = _random_spd(OBS_DIM, 1.0, torch.Generator().manual_seed(17))
     assert pi_correction(a, torch.zeros(ACTION_DIM, ACTION_DIM, dtype=DTYPE)) == 1.0
     with pytest.raises(ValueError, match="flat vector"):
-        kfac_direction(factors, layers, vector[:-1], damping=1e-3)
+        kfac_inverse(factors, layers, damping=1e-3)(vector[:-1])
 
 
 def test_sampling_needs_a_known_distribution():

@@ -30,7 +30,7 @@ get exact blocks: a state-independent ``log_std`` has ``GAUSSIAN_LOG_STD_FISHER 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -47,6 +47,8 @@ GAUSSIAN_LOG_STD_FISHER = 2.0
 NEUTRAL_PI = 1.0
 #: The factors are inverted in this precision, whatever the parameters' dtype.
 INVERSION_DTYPE = torch.float64
+#: A map of tensors: a damped inverse's product with a layer's matrix, or with a flat gradient.
+MatrixMap = Callable[[torch.Tensor], torch.Tensor]
 
 
 def layer_weight_and_bias(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -343,28 +345,27 @@ def damped_factors(
     return input_factor + pi * root * eye_a, output_factor + root / pi * eye_g
 
 
-def damped_inverse_product(
-    input_factor: torch.Tensor, output_factor: torch.Tensor, matrix: torch.Tensor, damping: float
-) -> torch.Tensor:
+def damped_inverse(input_factor: torch.Tensor, output_factor: torch.Tensor, damping: float) -> MatrixMap:
     """
-    ``kron(G_d, A_d)^-1 vec(V) = vec(G_d^-1 V A_d^-1)`` with the damped factors, by symmetric eigendecompositions.
-
-    Computed in ``INVERSION_DTYPE``: with ``G = Q_G L_G Q_G^T`` and ``A = Q_A L_A Q_A^T``, the damped product's
-    eigenvalues are ``(l_G + sqrt(damping) / pi)(l_A + pi sqrt(damping))``.
+    ``V -> kron(G_d, A_d)^-1 vec(V) = vec(G_d^-1 V A_d^-1)`` with the damped factors, by symmetric eigendecompositions
+    computed once (in ``INVERSION_DTYPE``) for every ``V`` it is applied to: with ``G = Q_G L_G Q_G^T`` and
+    ``A = Q_A L_A Q_A^T``, the damped product's eigenvalues are ``(l_G + sqrt(damping) / pi)(l_A + pi sqrt(damping))``.
 
     :param input_factor: ``A``
     :param output_factor: ``G``
-    :param matrix: ``V``, ``(out, in_ext)``
     :param damping: the Tikhonov damping
-    :return: ``G_d^-1 V A_d^-1``, in ``V``'s dtype
+    :return: the map ``V`` ``(out, in_ext)`` -> ``G_d^-1 V A_d^-1``, in ``V``'s dtype
     """
-    pi = pi_correction(input_factor, output_factor)
-    root = math.sqrt(damping)
+    pi, root = pi_correction(input_factor, output_factor), math.sqrt(damping)
     values_a, vectors_a = torch.linalg.eigh(input_factor.to(INVERSION_DTYPE))
     values_g, vectors_g = torch.linalg.eigh(output_factor.to(INVERSION_DTYPE))
     eigenvalues = torch.outer(values_g.clamp(min=0.0) + root / pi, values_a.clamp(min=0.0) + pi * root)
-    rotated = vectors_g.T @ matrix.to(INVERSION_DTYPE) @ vectors_a
-    return (vectors_g @ (rotated / eigenvalues) @ vectors_a.T).to(matrix.dtype)
+
+    def apply(matrix: torch.Tensor) -> torch.Tensor:
+        rotated = vectors_g.T @ matrix.to(INVERSION_DTYPE) @ vectors_a
+        return (vectors_g @ (rotated / eigenvalues) @ vectors_a.T).to(matrix.dtype)
+
+    return apply
 
 
 def kronecker_product(input_factor: torch.Tensor, output_factor: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
@@ -424,20 +425,20 @@ def kfac_fisher_product(
     return flatten_layer_matrices(products, layers)
 
 
-def kfac_direction(
-    factors: Sequence[KroneckerFactors], layers: Sequence[nn.Module], gradient: torch.Tensor, damping: float
-) -> torch.Tensor:
+def kfac_inverse(factors: Sequence[KroneckerFactors], layers: Sequence[nn.Module], damping: float) -> MatrixMap:
     """
-    The K-FAC natural-gradient direction: ``vec(G_d^-1 V A_d^-1)`` per layer, with the pi-corrected damping.
+    The K-FAC natural-gradient map ``g -> vec(G_d^-1 V A_d^-1)`` per layer, with the pi-corrected damping; each
+    layer's eigendecompositions are computed once, here, for every gradient it is applied to.
 
     :param factors: each layer's running factors
     :param layers: the layers
-    :param gradient: the flat gradient, in the parameters' order
     :param damping: the Tikhonov damping
-    :return: the preconditioned direction, in the parameters' order
+    :return: the map from a flat gradient to its preconditioned direction, both in the parameters' order
     """
-    directions = [
-        damped_inverse_product(*running.factors(), matrix, damping)
-        for running, matrix in zip(factors, layer_matrices(gradient, layers), strict=True)
-    ]
-    return flatten_layer_matrices(directions, layers)
+    inverses = [damped_inverse(*running.factors(), damping) for running in factors]
+
+    def apply(gradient: torch.Tensor) -> torch.Tensor:
+        matrices = layer_matrices(gradient, layers)
+        return flatten_layer_matrices([inverse(m) for inverse, m in zip(inverses, matrices, strict=True)], layers)
+
+    return apply

@@ -26,7 +26,7 @@ averages of the factors and of the exact blocks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -43,7 +43,7 @@ from sb3_npg.common.kfac import (
     expected_output_factors,
     gaussian_log_std_fisher,
     input_factor,
-    kfac_direction,
+    kfac_inverse,
     kfac_fisher_product,
     layer_parameters,
     output_factors,
@@ -341,25 +341,45 @@ def kfac_product(plan: KfacPlan, curvature: KfacCurvature, vector: torch.Tensor)
     return to_actor_order(plan, torch.cat(parts))
 
 
-def kfac_natural_direction(plan: KfacPlan, curvature: KfacCurvature, gradient: torch.Tensor, damping: float) -> torch.Tensor:
+def _damped_block(fisher: torch.Tensor, damping: float) -> torch.Tensor:
+    """An exact block plus ``damping I``, in ``INVERSION_DTYPE``."""
+    return fisher.to(INVERSION_DTYPE) + damping * torch.eye(len(fisher), dtype=INVERSION_DTYPE, device=fisher.device)
+
+
+def kfac_natural_inverse(plan: KfacPlan, curvature: KfacCurvature, damping: float) -> Callable[[torch.Tensor], torch.Tensor]:
     """
-    The K-FAC natural-gradient direction, about ``(F + damping I)^-1 g``.
+    The K-FAC natural-gradient map ``g -> about (F + damping I)^-1 g``, its inverses computed once, here.
 
     Each layer's block is inverted as ``kron(G_d, A_d)^-1`` with the damping split by the pi-correction
-    (:func:`.kfac.kfac_direction`), which is not exactly ``kron(G, A) + damping I``; each exact block is solved with
+    (:func:`.kfac.kfac_inverse`), which is not exactly ``kron(G, A) + damping I``; each exact block is solved with
     ``block + damping I`` exactly (in ``INVERSION_DTYPE``).
 
     :param plan: the plan
     :param curvature: its running curvature
-    :param gradient: in the actor parameters' order
     :param damping: the Tikhonov damping, > 0
-    :return: the direction, in the actor parameters' order
+    :return: the map from a gradient to its direction, both in the actor parameters' order
     """
     if not damping > 0.0:
         raise ValueError(f"The damping must be positive, not {damping}")
-    layer_part, block_parts = _split(plan, to_plan_order(plan, gradient))
-    parts = [kfac_direction(curvature.layer_factors, plan.layers, layer_part, damping)] if plan.layers else []
-    for fisher, part in zip(curvature.blocks(), block_parts, strict=True):
-        damped = fisher.to(INVERSION_DTYPE) + damping * torch.eye(part.numel(), dtype=INVERSION_DTYPE, device=part.device)
-        parts.append(torch.linalg.solve(damped, part.to(INVERSION_DTYPE)).to(part.dtype))
-    return to_actor_order(plan, torch.cat(parts))
+    layers = kfac_inverse(curvature.layer_factors, plan.layers, damping) if plan.layers else None
+    blocks = [
+        torch.linalg.inv(
+            fisher.to(INVERSION_DTYPE) + damping * torch.eye(len(fisher), dtype=INVERSION_DTYPE, device=fisher.device)
+        )
+        for fisher in curvature.blocks()
+    ]
+
+    def apply(gradient: torch.Tensor) -> torch.Tensor:
+        layer_part, block_parts = _split(plan, to_plan_order(plan, gradient))
+        parts = [layers(layer_part)] if layers is not None else []
+        parts += [
+            (inverse @ part.to(INVERSION_DTYPE)).to(part.dtype) for inverse, part in zip(blocks, block_parts, strict=True)
+        ]
+        return to_actor_order(plan, torch.cat(parts))
+
+    return apply
+
+
+def kfac_natural_direction(plan: KfacPlan, curvature: KfacCurvature, gradient: torch.Tensor, damping: float) -> torch.Tensor:
+    """The K-FAC natural-gradient direction of one gradient (:func:`kfac_natural_inverse`)."""
+    return kfac_natural_inverse(plan, curvature, damping)(gradient)

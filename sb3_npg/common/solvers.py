@@ -18,14 +18,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_npg.common.batches import Observations
-from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, batch_curvature, kfac_natural_direction
+from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, batch_curvature, kfac_natural_inverse
 from sb3_npg.common.natural_gradient import MatVec, conjugate_gradient
 
 #: Conjugate gradient stopped at its budget (``cg_max_steps``) before its tolerance: the step proceeds from there.
@@ -155,4 +154,4 @@ def kfac_inverse(
     )
     curvature = KfacCurvature.for_plan(plan)
     curvature.update(combined, FRESH_FACTORS)
-    return partial(kfac_natural_direction, plan, curvature, damping=damping)
+    return kfac_natural_inverse(plan, curvature, damping)
