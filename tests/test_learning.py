@@ -1,5 +1,6 @@
 """NPG and TRPO actually learn: CartPole-v1 and Pendulum-v1 within 100k steps (seed 0, settings documented in
-benchmarks/learning.py, the RL Zoo's tuned TRPO settings, alone and with ``FAST_SETTINGS``). Each run stops as
+benchmarks/learning.py, the RL Zoo's tuned TRPO settings, alone, with ``FAST_SETTINGS`` and with K-FAC as the Fisher
+solver). Each run stops as
 soon as the evaluation reaches the threshold, so the suite stays fast while the budget is the full 100k steps."""
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from benchmarks.learning import LEARNING_CONFIGS, run_learning
 from sb3_npg import FAST_SETTINGS
 
-SETTINGS = {"zoo": {}, "zoo+FAST_SETTINGS": FAST_SETTINGS}
+SETTINGS = {"zoo": {}, "zoo+FAST_SETTINGS": FAST_SETTINGS, "zoo+kfac": {"fisher_solver": "kfac"}}
 
 
 @pytest.mark.parametrize("settings", list(SETTINGS))
