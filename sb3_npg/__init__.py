@@ -1,9 +1,10 @@
-"""Natural policy gradient (NPG) and TRPO for Stable-Baselines3."""
+"""Natural policy gradient (NPG), TRPO and ACKTR for Stable-Baselines3."""
 
 from sb3_npg.version import __version__
 
+from sb3_npg.acktr import ACKTR
 from sb3_npg.common.algorithm import FAST_SETTINGS
 from sb3_npg.npg import NPG
 from sb3_npg.trpo import TRPO
 
-__all__ = ["FAST_SETTINGS", "NPG", "TRPO", "__version__"]
+__all__ = ["ACKTR", "FAST_SETTINGS", "NPG", "TRPO", "__version__"]

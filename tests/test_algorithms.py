@@ -182,6 +182,7 @@ class _Proposal1D:
             params=[self.param],
             start=torch.zeros(1),
             full_step=torch.ones(1),
+            kl_scale=1.0,
             surrogate_before=0.0,
             kl_before=0.0,
             expected_improvement=1.0,

@@ -15,7 +15,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 
 from benchmarks.common import free_port
-from sb3_npg import NPG, TRPO
+from sb3_npg import ACKTR, NPG, TRPO
 from sb3_npg.common import ConfigurationError
 from sb3_npg.common.distributed import DistributedError, Reducer
 from sb3_npg.common.vec_normalize_sync import combine_normalization
@@ -31,6 +31,9 @@ CASES = [
     (TRPO, "Pendulum-v1", {"normalize_value_targets": True}),
     (NPG, "Pendulum-v1", {"fisher_solver": "kfac"}),
     (TRPO, "CartPole-v1", {"fisher_solver": "kfac_preconditioned_cg"}),
+    (ACKTR, "CartPole-v1", {}),
+    (ACKTR, "Pendulum-v1", {"normalize_value_targets": True}),
+    (ACKTR, "Pendulum-v1", {"critic_fit": "minibatch"}),
 ]
 BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
 #: The largest relative difference tolerated between the distributed and the single-process parameters.
@@ -310,8 +313,8 @@ UNEQUAL_SHARES = {0: 1, 1: 2}
 UNEQUAL_ROWS = 128
 #: The shuffle each rank's rollout buffer draws before the update (numpy's global generator, seeded per rank).
 SHUFFLE_SEED = {0: 11, 1: 12}
-#: The cases without critic options (there is no critic fit here).
-POLICY_CASES = [case for case in CASES if not case[2]]
+#: The cases without critic options (there is no critic fit here), of the algorithms that take `sub_sampling_factor`.
+POLICY_CASES = [case for case in CASES if not case[2] and case[0] is not ACKTR]
 
 
 def _unequal_settings(sub_sampling_factor, n_steps=UNEQUAL_ROWS, distributed=False):

@@ -14,17 +14,14 @@ from sb3_npg.common.kfac import (
     expected_output_factors,
     gaussian_log_std_fisher,
     gaussian_mean_layer_factor,
-    input_factor,
     kfac_inverse,
     kfac_fisher_product,
-    layer_matrices,
-    layer_parameters,
     output_factors,
     pi_correction,
-    record_layers,
     sampled_log_likelihood,
     update_factors,
 )
+from sb3_npg.common.kfac_layers import input_factor, layer_matrices, layer_parameters, record_layers
 from sb3_npg.common.natural_gradient import fisher_vector_product
 
 DTYPE = torch.float64
@@ -239,7 +236,9 @@ def test_recording_removes_its_hooks_and_refuses_unsupported_layers():
     records.clear()
     layer(obs)
     assert not records
-    with pytest.raises(TypeError, match="Conv2d"), record_layers([nn.Conv2d(1, 1, 1)]):
+    with pytest.raises(TypeError, match="Conv1d"), record_layers([nn.Conv1d(1, 1, 1)]):
+        pass
+    with pytest.raises(TypeError, match="groups=1"), record_layers([nn.Conv2d(2, 2, 1, groups=2)]):
         pass
 
 

@@ -12,7 +12,8 @@ from torch import nn
 from sb3_npg import NPG
 from sb3_npg.common.distributions import detached_distribution, mean_kl
 from sb3_npg.common.fisher import analytic_fisher_product
-from sb3_npg.common.kfac import KroneckerFactors, damped_factors, record_layers
+from sb3_npg.common.kfac import KroneckerFactors, damped_factors
+from sb3_npg.common.kfac_layers import record_layers
 from sb3_npg.common.kfac_policy import (
     GAUSSIAN_LOG_STD,
     GSDE_LOG_STD,

@@ -288,6 +288,7 @@ def test_trpo_accepts_a_candidate_whose_kl_equals_target_kl():
         params=[param],
         start=torch.zeros(1),
         full_step=torch.ones(1),
+        kl_scale=1.0,
         surrogate_before=0.0,
         kl_before=0.0,
         expected_improvement=1.0,

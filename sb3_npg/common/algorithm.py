@@ -129,6 +129,8 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         "CnnPolicy": ActorCriticCnnPolicy,
         "MultiInputPolicy": MultiInputActorCriticPolicy,
     }
+    #: The ``critic_fit`` options this algorithm takes (a subclass with a critic fit of its own extends it).
+    critic_fits: ClassVar[tuple[str, ...]] = CRITIC_FITS
     policy: ActorCriticPolicy
     rollout_buffer: RolloutBuffer
 
@@ -242,7 +244,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "fisher": partial(check_choice, choices=FISHER_PRODUCTS),
             "fisher_solver": partial(check_choice, choices=FISHER_SOLVERS),
             "fisher_sub_sampling_factor": POSITIVE_INT,
-            "critic_fit": partial(check_choice, choices=CRITIC_FITS),
+            "critic_fit": partial(check_choice, choices=self.critic_fits),
             "normalize_value_targets": check_bool,
             "normalize_advantage": check_bool,
             "use_sde": check_bool,
@@ -263,7 +265,8 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
                 f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
                 f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
             )
-        warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")
+        if self.critic_fit == "minibatch":
+            warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")
         policy_samples = math.ceil(rollout_size / self.sub_sampling_factor)
         if self.policy_batch_size is not None:
             where = "the policy's samples (n_steps * n_envs / sub_sampling_factor, rounded up)"
@@ -345,7 +348,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "policy batches per update": self._policy_batches_per_update(),
             "batch_size": self.batch_size,
             "n_critic_updates": self.n_critic_updates,
-            "critic_fit": CRITIC_FITS.index(self.critic_fit),
+            "critic_fit": self.critic_fits.index(self.critic_fit),
             "fisher_solver": FISHER_SOLVERS.index(self.fisher_solver),
             "normalize_value_targets": int(self.normalize_value_targets),
             "normalize_advantage": int(self.normalize_advantage),
@@ -374,13 +377,17 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         """Regress the value on the returns with the ``critic_fit`` method (nothing when ``n_critic_updates`` is 0)."""
         if self.n_critic_updates == 0:
             return WeightedMeans()
-        head = self.policy.value_net if isinstance(self.policy.value_net, NormalizedValueHead) else None
-        if head is not None:
-            head.add_targets(returns, self._reducer)
-        critic = CriticFit(self.policy, self._critic_params, self._reducer, head)
+        critic = self._critic_fit_parts(returns)
         if self.critic_fit == "lbfgs":
             return critic.lbfgs(observations, returns, self.n_critic_updates)
         return critic.minibatch_epochs(observations, returns, self.n_critic_updates, self.batch_size, self.max_grad_norm)
+
+    def _critic_fit_parts(self, returns: torch.Tensor) -> CriticFit:
+        """The critic's loss and parameters for this update's fit, the value targets' statistics updated first."""
+        head = self.policy.value_net if isinstance(self.policy.value_net, NormalizedValueHead) else None
+        if head is not None:
+            head.add_targets(returns, self._reducer)
+        return CriticFit(self.policy, self._critic_params, self._reducer, head)
 
     def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
         """One record per update: every key of ``docs/design.md``'s diagnostics."""

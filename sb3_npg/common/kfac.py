@@ -1,7 +1,8 @@
-"""K-FAC: the Kronecker-factored approximation of the Fisher (Martens and Grosse 2015), for ``nn.Linear`` layers.
+"""K-FAC: the Kronecker-factored approximation of the Fisher (Martens and Grosse 2015), for ``nn.Linear`` and
+``nn.Conv2d`` layers (what each layer contributes: :mod:`sb3_npg.common.kfac_layers`).
 
-Pure PyTorch, with no Stable-Baselines3 imports, like :mod:`sb3_npg.common.natural_gradient`. Not yet wired into an
-algorithm (issue 36: ACKTR and a K-FAC option for NPG and TRPO will call it).
+Pure PyTorch, with no Stable-Baselines3 imports, like :mod:`sb3_npg.common.natural_gradient`. ACKTR and the K-FAC
+options of NPG and TRPO (``fisher_solver``) call it through :mod:`sb3_npg.common.kfac_policy`.
 
 **The factors.** A layer ``s = W a + b`` sees inputs ``a`` (``n x in``) and, backpropagating the per-sample
 log-likelihood, gradients ``g = d log p / d s`` at its outputs (``n x out``). With ``a_ext = [a, 1]`` when the layer
@@ -30,17 +31,20 @@ get exact blocks: a state-independent ``log_std`` has ``GAUSSIAN_LOG_STD_FISHER 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-#: The layers whose factors this module computes (``nn.Conv2d`` would add its own input and output unfolding).
-SUPPORTED_LAYERS = (nn.Linear,)
-#: The value of the input column appended for a bias (the bias is the weight of a constant input).
-BIAS_INPUT = 1.0
+from sb3_npg.common.kfac_layers import (
+    CONV_OUTPUT_DIMS,
+    LayerRecord,
+    flatten_layer_matrices,
+    input_factor,
+    layer_matrices,
+    output_factor,
+)
 #: The Fisher of a Gaussian in its log standard deviation: ``d^2 KL / d log_std^2 = 2`` per action dimension.
 GAUSSIAN_LOG_STD_FISHER = 2.0
 #: The pi-correction when a factor's trace is zero (no information to balance the damping with).
@@ -49,91 +53,6 @@ NEUTRAL_PI = 1.0
 INVERSION_DTYPE = torch.float64
 #: A map of tensors: a damped inverse's product with a layer's matrix, or with a flat gradient.
 MatrixMap = Callable[[torch.Tensor], torch.Tensor]
-
-
-def layer_weight_and_bias(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """
-    A supported layer's weight and bias (``None`` without one; a bias adds a column of ones to the inputs).
-
-    :param layer: the layer
-    :return: ``(weight, bias)``
-    :raises TypeError: for a layer whose factors this module cannot compute
-    """
-    if not isinstance(layer, SUPPORTED_LAYERS):
-        raise TypeError(f"K-FAC supports {[kind.__name__ for kind in SUPPORTED_LAYERS]}, not {type(layer).__name__}")
-    return layer.weight, layer.bias
-
-
-def layer_parameters(layers: Sequence[nn.Module]) -> list[torch.Tensor]:
-    """
-    The parameters of ``layers`` in the order of every flat vector here: each layer's weight, then its bias.
-
-    :param layers: the layers, each supported (``SUPPORTED_LAYERS``)
-    :return: the parameters, in order
-    """
-    params: list[torch.Tensor] = []
-    for layer in layers:
-        weight, bias = layer_weight_and_bias(layer)
-        params.extend([weight] if bias is None else [weight, bias])
-    return params
-
-
-def expanded_inputs(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    """The rows ``a_ext``, ``(n, in_ext)``, of a layer's inputs ``(n, in)``: ``BIAS_INPUT`` appended for a bias."""
-    _, bias = layer_weight_and_bias(layer)
-    rows = inputs.detach().reshape(-1, inputs.shape[-1])
-    if bias is not None:
-        rows = torch.cat([rows, torch.full_like(rows[:, :1], BIAS_INPUT)], dim=1)
-    return rows
-
-
-def second_moment(rows: torch.Tensor) -> torch.Tensor:
-    """The second moment ``E[x x^T] = rows^T rows / n`` of per-sample rows ``(n, d)``: a ``(d, d)`` matrix."""
-    return rows.T @ rows / rows.shape[0]
-
-
-def input_factor(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    """``A = E[a_ext a_ext^T]``, ``(in_ext, in_ext)``, of a layer from the inputs ``(n, in)`` it saw."""
-    return second_moment(expanded_inputs(layer, inputs))
-
-
-@dataclass
-class LayerRecord:
-    """
-    What one forward pass through a layer left: its inputs (detached) and its outputs (with their graph).
-
-    :param inputs: the layer's inputs
-    :param outputs: the layer's outputs, differentiable, for the backward signals of the ``G`` factor
-    """
-
-    inputs: torch.Tensor
-    outputs: torch.Tensor
-
-
-@contextmanager
-def record_layers(layers: Sequence[nn.Module]) -> Iterator[dict[nn.Module, LayerRecord]]:
-    """
-    Record every supported layer's inputs and outputs during the forward passes inside the ``with`` block.
-
-    A layer called more than once keeps its last call. The hooks are removed on leaving the block.
-
-    :param layers: the layers to record
-    :return: (yields) a dict filled by the forward passes, layer to :class:`LayerRecord`
-    """
-    records: dict[nn.Module, LayerRecord] = {}
-
-    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        records[module] = LayerRecord(inputs=args[0].detach(), outputs=output)
-
-    handles = []
-    for layer in layers:
-        layer_weight_and_bias(layer)
-        handles.append(layer.register_forward_hook(hook))
-    try:
-        yield records
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def sample_actions(distribution: torch.distributions.Distribution, generator: torch.Generator) -> torch.Tensor:
@@ -192,7 +111,7 @@ def output_factors(log_likelihood: torch.Tensor, records: Sequence[LayerRecord])
     outputs = [record.outputs for record in records]
     grads = torch.autograd.grad(log_likelihood, outputs, retain_graph=True, allow_unused=True)
     return [
-        second_moment((torch.zeros_like(output) if grad is None else grad).detach().reshape(-1, output.shape[-1]))
+        output_factor((torch.zeros_like(output) if grad is None else grad).detach())
         for output, grad in zip(outputs, grads, strict=True)
     ]
 
@@ -213,7 +132,8 @@ def expected_output_factors(
     :return: one ``(out, out)`` factor per record
     """
     outputs = [record.outputs for record in records]
-    factors = [output.new_zeros(output.shape[-1], output.shape[-1]) for output in outputs]
+    sizes = [output.shape[1] if output.dim() == CONV_OUTPUT_DIMS else output.shape[-1] for output in outputs]
+    factors = [output.new_zeros(size, size) for output, size in zip(outputs, sizes, strict=True)]
     for statistic, weight in zip(statistics, weights, strict=True):
         flat = statistic.reshape(statistic.shape[0], -1)
         root = weight.detach().reshape(flat.shape).sqrt()
@@ -223,7 +143,7 @@ def expected_output_factors(
             grads = torch.autograd.grad(flat, outputs, signal, retain_graph=True, allow_unused=True)
             for index, grad in enumerate(grads):
                 if grad is not None:
-                    factors[index] += second_moment(grad.detach().reshape(-1, outputs[index].shape[-1]))
+                    factors[index] += output_factor(grad.detach())
     return factors
 
 
@@ -308,8 +228,8 @@ def update_factors(
     :param batch_output_factors: each layer's ``G`` for the batch (:func:`output_factors` or :func:`expected_output_factors`)
     :param decay: the moving average's decay
     """
-    for running, layer, output_factor in zip(factors, layers, batch_output_factors, strict=True):
-        running.update(input_factor(layer, records[layer].inputs), output_factor, decay)
+    for running, layer, output in zip(factors, layers, batch_output_factors, strict=True):
+        running.update(input_factor(layer, records[layer].inputs), output, decay)
 
 
 def pi_correction(input_factor: torch.Tensor, output_factor: torch.Tensor) -> float:
@@ -371,40 +291,6 @@ def damped_inverse(input_factor: torch.Tensor, output_factor: torch.Tensor, damp
 def kronecker_product(input_factor: torch.Tensor, output_factor: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     """``kron(G, A) vec(V) = vec(G V A)`` for ``V`` ``(out, in_ext)``: one layer's K-FAC Fisher product, undamped."""
     return output_factor @ matrix @ input_factor
-
-
-def layer_matrices(flat: torch.Tensor, layers: Sequence[nn.Module]) -> list[torch.Tensor]:
-    """
-    Split a flat vector in the parameters' order (:func:`layer_parameters`) into each layer's ``V = [W | b]``.
-
-    :param flat: the vector
-    :param layers: the layers
-    :return: one ``(out, in_ext)`` matrix per layer
-    """
-    total = sum(param.numel() for param in layer_parameters(layers))
-    if total != flat.numel():
-        raise ValueError(f"The flat vector has {flat.numel()} values but the layers hold {total}")
-    matrices, offset = [], 0
-    for layer in layers:
-        weight, bias = layer_weight_and_bias(layer)
-        columns = [flat[offset : offset + weight.numel()].view(weight.shape)]
-        offset += weight.numel()
-        if bias is not None:
-            columns.append(flat[offset : offset + bias.numel()].view(-1, 1))
-            offset += bias.numel()
-        matrices.append(torch.cat(columns, dim=1))
-    return matrices
-
-
-def flatten_layer_matrices(matrices: Sequence[torch.Tensor], layers: Sequence[nn.Module]) -> torch.Tensor:
-    """The inverse of :func:`layer_matrices`: each layer's ``[W | b]`` back into ``[vec(W), b]``, concatenated."""
-    parts = []
-    for matrix, layer in zip(matrices, layers, strict=True):
-        weight, bias = layer_weight_and_bias(layer)
-        parts.append(matrix[:, : weight.shape[1]].reshape(-1))
-        if bias is not None:
-            parts.append(matrix[:, weight.shape[1]])
-    return torch.cat(parts)
 
 
 def kfac_fisher_product(

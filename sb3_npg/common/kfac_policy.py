@@ -1,16 +1,16 @@
 """K-FAC for the actor of a Stable-Baselines3 ``ActorCriticPolicy``: the adapter between a policy and :mod:`.kfac`.
 
-Not yet wired into an algorithm (issue 36): the solver of ACKTR and the K-FAC option of NPG and TRPO will call it.
+ACKTR's solver and the K-FAC options of NPG and TRPO (``fisher_solver``) call it.
 
 **The plan** (:func:`build_kfac_plan`) splits the actor parameters (``split_actor_critic_parameters(policy)[0]``, whose
 order is the order of every flat vector the algorithm uses) into blocks, each parameter exactly once:
 
-- the ``nn.Linear`` layers whose weight and bias are all actor parameters (the actor's features extractor, the
-  ``mlp_extractor``'s policy network, ``action_net``), each a Kronecker-factored block ``kron(G, A)``;
+- the ``nn.Linear`` and ``nn.Conv2d`` layers whose weight and bias are all actor parameters (the actor's features
+  extractor, ``NatureCNN``'s convolutions included, the ``mlp_extractor``'s policy network, ``action_net``), each a
+  Kronecker-factored block ``kron(G, A)`` (:mod:`.kfac_layers`);
 - a DiagGaussian's state-independent ``log_std``: its exact block ``2 I``;
 - gSDE's ``log_std``: its exact block, derived in closed form (:func:`gsde_log_std_fisher`);
-- anything else (a ``Conv2d`` layer, a free parameter of a custom extractor; ``nn.Conv2d`` factors are later work): a
-  ``ValueError`` naming it, unless ``identity_fallback=True`` gives it an identity block, that is the plain gradient
+- anything else (a free parameter of a custom extractor, a grouped convolution): a ``ValueError`` naming it, unless ``identity_fallback=True`` gives it an identity block, that is the plain gradient
   (divided by ``1 + damping``).
 
 Inside, vectors are permuted to the plan's order (the layers' parameters as :func:`.kfac.layer_parameters` orders them,
@@ -39,17 +39,14 @@ from sb3_npg.common.fisher import distribution_statistics, fisher_weights
 from sb3_npg.common.kfac import (
     INVERSION_DTYPE,
     KroneckerFactors,
-    LayerRecord,
     expected_output_factors,
     gaussian_log_std_fisher,
-    input_factor,
     kfac_inverse,
     kfac_fisher_product,
-    layer_parameters,
     output_factors,
-    record_layers,
     sampled_log_likelihood,
 )
+from sb3_npg.common.kfac_layers import SUPPORTED_LAYERS, LayerRecord, input_factor, layer_parameters, record_layers
 
 #: The exact block of a DiagGaussian's state-independent ``log_std`` (``GAUSSIAN_LOG_STD_FISHER * I``).
 GAUSSIAN_LOG_STD = "gaussian_log_std"
@@ -100,7 +97,7 @@ def _actor_layers(policy: ActorCriticPolicy, positions: dict[int, int]) -> tuple
     layers = [
         module
         for module in policy.modules()
-        if isinstance(module, nn.Linear) and all(id(param) in positions for param in layer_parameters([module]))
+        if isinstance(module, SUPPORTED_LAYERS) and all(id(param) in positions for param in layer_parameters([module]))
     ]
     return tuple(sorted(layers, key=lambda layer: positions[id(layer.weight)]))
 
@@ -247,6 +244,14 @@ class BatchCurvature:
 
     layer_factors: list[tuple[torch.Tensor, torch.Tensor]]
     block_fishers: list[torch.Tensor]
+
+    def averaged(self, mean: Callable[[torch.Tensor], torch.Tensor]) -> BatchCurvature:
+        """Every factor and block through ``mean`` (a reducer's mean across ranks): each is a mean over samples, so the
+        result is the curvature of every rank's samples together, exactly."""
+        return BatchCurvature(
+            [(mean(inputs), mean(outputs)) for inputs, outputs in self.layer_factors],
+            [mean(block) for block in self.block_fishers],
+        )
 
 
 def batch_curvature(

@@ -121,6 +121,8 @@ class StepProposal:
     :param params: the actor parameters
     :param start: their values at the step's base point, flattened
     :param full_step: the KL-scaled natural step, flattened
+    :param kl_scale: the factor that scaled the solver's direction into ``full_step`` (``sqrt(2 target_kl / s^T A s)``):
+        a hook that caps the step size (ACKTR's learning rate) compares with it
     :param surrogate_before: the trust region's surrogate at the base point
     :param kl_before: the trust region's KL from the behaviour policy at the base point (0 for an update's first step)
     :param expected_improvement: the first-order improvement of the full step, ``g . full_step``
@@ -131,6 +133,7 @@ class StepProposal:
     params: list[torch.nn.Parameter]
     start: torch.Tensor
     full_step: torch.Tensor
+    kl_scale: float
     surrogate_before: float
     kl_before: float
     expected_improvement: float
@@ -188,9 +191,9 @@ def _policy_gradient(
     return gradient, norm
 
 
-def _scaled_step(direction: torch.Tensor, curvature: float, target_kl: float) -> torch.Tensor:
+def _scaled_step(direction: torch.Tensor, curvature: float, target_kl: float) -> tuple[torch.Tensor, float]:
     """``direction`` scaled so that the damped quadratic model of the KL (``curvature`` is ``s^T (F + d I) s``) equals
-    ``target_kl``; refused when not finite."""
+    ``target_kl``, and the scale; refused when not finite."""
     if not bool(torch.isfinite(direction).all()):
         raise SkippedStep("non_finite_direction", "the conjugate-gradient direction is not finite")
     step_size = kl_scaled_step_size(curvature, target_kl)
@@ -199,7 +202,7 @@ def _scaled_step(direction: torch.Tensor, curvature: float, target_kl: float) ->
     full_step = step_size * direction
     if not bool(torch.isfinite(full_step).all()):
         raise SkippedStep("non_finite_step", "the natural step is not finite")
-    return full_step
+    return full_step, step_size
 
 
 def propose_step(
@@ -228,12 +231,13 @@ def propose_step(
     solved = settings.solver.solve(gradient, fisher, settings.observations)
     for event in solved.events:
         count(event)
-    full_step = _scaled_step(solved.direction, solved.curvature, settings.target_kl)
+    full_step, kl_scale = _scaled_step(solved.direction, solved.curvature, settings.target_kl)
     expected_improvement = float(torch.dot(gradient, full_step))
     return StepProposal(
         params=params,
         start=get_flat_params(params),
         full_step=full_step,
+        kl_scale=kl_scale,
         surrogate_before=region.surrogate,
         kl_before=region.kl,
         expected_improvement=expected_improvement,

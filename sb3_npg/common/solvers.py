@@ -24,7 +24,7 @@ import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_npg.common.batches import Observations
-from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, batch_curvature, kfac_natural_inverse
+from sb3_npg.common.kfac_policy import KfacCurvature, KfacPlan, batch_curvature, kfac_natural_inverse
 from sb3_npg.common.natural_gradient import MatVec, conjugate_gradient
 
 #: Conjugate gradient stopped at its budget (``cg_max_steps``) before its tolerance: the step proceeds from there.
@@ -147,11 +147,6 @@ def kfac_inverse(
     :param observations: the step's samples
     :return: the product ``v -> K^-1 v``, vectors in the actor parameters' order
     """
-    local = batch_curvature(plan, policy, observations, generator)
-    combined = BatchCurvature(
-        [(mean(inputs), mean(outputs)) for inputs, outputs in local.layer_factors],
-        [mean(block) for block in local.block_fishers],
-    )
     curvature = KfacCurvature.for_plan(plan)
-    curvature.update(combined, FRESH_FACTORS)
+    curvature.update(batch_curvature(plan, policy, observations, generator).averaged(mean), FRESH_FACTORS)
     return kfac_natural_inverse(plan, curvature, damping)

@@ -1,0 +1,222 @@
+"""ACKTR: the KL clip, the running factors, saving them, every space and policy, and its critic."""
+
+import copy
+import inspect
+
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+
+import tests.test_integration as integration
+import tests.test_rollouts as rollouts
+from sb3_npg import ACKTR
+from sb3_npg.common.batches import policy_sample, rollout_tensors
+from sb3_npg.common.kfac_policy import kfac_product
+from sb3_npg.common.natural_gradient import get_flat_params
+
+TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
+#: float32 steps: the quadratic model's KL of a step is met to this relative precision.
+STEP_RTOL = 1e-4
+#: Two runs of one update from the same state, up to the last bits of float32 products.
+SAME_UPDATE_RTOL = 1e-6
+
+
+class RecordingACKTR(ACKTR):
+    """ACKTR recording every proposal and outcome of its hook, and every batch's curvature."""
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.outcomes: list = []
+        self.batches: list = []
+
+    def _accept_step(self, proposal):
+        outcome = super()._accept_step(proposal)
+        self.outcomes.append((proposal, outcome))
+        return outcome
+
+    def _actor_curvature(self, observations):
+        batch = super()._actor_curvature(observations)
+        self.batches.append(copy.deepcopy(batch))
+        return batch
+
+
+def _quadratic_kl(model: ACKTR, step: torch.Tensor) -> float:
+    """``1/2 step^T F_hat step`` under the model's running K-FAC Fisher."""
+    return 0.5 * float(torch.dot(step, kfac_product(model._actor_plan, model.kfac_statistics.curvature(), step)))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_a_clipped_step_has_the_quadratic_model_kl_kfac_clip(env_id):
+    model = RecordingACKTR("MlpPolicy", env_id, learning_rate=1e3, kfac_clip=0.002, **TINY)
+    model.learn(TINY["n_steps"])
+    (proposal, outcome), = model.outcomes
+    assert outcome.fraction == 1.0 and outcome.metrics["kl_clip_fraction"] == 1.0
+    assert _quadratic_kl(model, proposal.full_step) == pytest.approx(0.002, rel=STEP_RTOL)
+
+
+def test_the_learning_rate_caps_a_step_below_the_clip():
+    model = RecordingACKTR("MlpPolicy", "CartPole-v1", learning_rate=1e-4, kfac_clip=0.002, **TINY)
+    before = get_flat_params(model.actor_parameters)
+    model.learn(TINY["n_steps"])
+    (proposal, outcome), = model.outcomes
+    step = get_flat_params(model.actor_parameters) - before
+    direction = proposal.full_step / proposal.kl_scale
+    assert outcome.fraction < 1.0 and outcome.metrics["step_size"] == pytest.approx(1e-4)
+    torch.testing.assert_close(step, 1e-4 * direction, rtol=0.0, atol=1e-7)  # float32 parameters of size ~1
+    assert _quadratic_kl(model, step) < 0.002
+
+
+def test_the_factors_are_the_exponentially_weighted_average_of_every_batch():
+    decay = 0.8
+    model = RecordingACKTR("MlpPolicy", "Pendulum-v1", kfac_stats_decay=decay, **TINY)
+    model.learn(4 * TINY["n_steps"])
+    assert len(model.batches) == 4 and int(model.kfac_statistics.updates) == 4
+    expected = [factor.clone() for pair in model.batches[0].layer_factors for factor in pair]
+    expected += [block.clone() for block in model.batches[0].block_fishers]
+    for batch in model.batches[1:]:
+        fresh = [factor for pair in batch.layer_factors for factor in pair] + list(batch.block_fishers)
+        expected = [decay * old + (1 - decay) * new for old, new in zip(expected, fresh, strict=True)]
+    running = model.kfac_statistics._tensors("running")
+    assert len(running) == len(expected) == 2 * len(model._actor_plan.layers) + len(model._actor_plan.blocks)
+    for got, want in zip(running, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(running[0], model.batches[-1].layer_factors[0][0]), "the average must not be the last batch"
+
+
+def _copy_rollout(source: ACKTR, target: ACKTR) -> None:
+    for name in ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs"):
+        destination = getattr(target.rollout_buffer, name)
+        destination[:] = getattr(source.rollout_buffer, name).reshape(destination.shape)
+    target.rollout_buffer.full, target.rollout_buffer.generator_ready = True, False
+
+
+@pytest.mark.parametrize("kfac_update", [1, 2])
+def test_a_loaded_model_takes_exactly_the_update_the_saved_one_takes(tmp_path, kfac_update):
+    """With ``kfac_update=2`` the third update inverted, the fourth reuses that inverse: a loaded model rebuilds it from
+    the saved copy of the curvature it came from, not from the running averages."""
+    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=kfac_update, **TINY)
+    model.learn(3 * TINY["n_steps"])
+    model.save(tmp_path / "acktr.zip")
+    loaded = ACKTR.load(tmp_path / "acktr.zip", env=model.get_env())
+    assert int(loaded.kfac_statistics.updates) == 3
+    _copy_rollout(model, loaded)
+    for each in (model, loaded):
+        each.set_logger(configure(None, []))
+        each.train()
+    # Copies of one rollout may sit differently in memory, which changes a matrix product's last bits: compare closely.
+    want, got = (get_flat_params(list(each.policy.parameters())) for each in (model, loaded))
+    assert float((got - want).norm() / want.norm()) < SAME_UPDATE_RTOL
+    for statistics in ("kfac_statistics", "critic_kfac_statistics"):
+        saved, restored = getattr(model, statistics).state_dict(), getattr(loaded, statistics).state_dict()
+        for name, value in saved.items():
+            difference = float((restored[name] - value).double().norm() / value.double().norm().clamp_min(1e-30))
+            assert difference < SAME_UPDATE_RTOL, name
+
+
+def test_the_policy_stays_sb3s_own_and_saves_and_loads_alone(tmp_path):
+    model = ACKTR("MlpPolicy", "CartPole-v1", **TINY)
+    model.learn(TINY["n_steps"])
+    model.policy.save(tmp_path / "policy.pth")
+    policy = type(model.policy).load(tmp_path / "policy.pth")
+    assert set(policy.state_dict()) == set(model.policy.state_dict())
+
+
+@pytest.mark.parametrize("observation", integration.OBSERVATION_SPACES)
+@pytest.mark.parametrize("action", integration.ACTION_SPACES)
+def test_every_action_and_observation_space_moves_actor_and_critic(action, observation):
+    integration.test_every_action_and_observation_space_moves_actor_and_critic(ACKTR, action, observation)
+
+
+def test_gsde_and_cnn_policies():
+    integration.test_gsde_on_box_actions(ACKTR)
+    integration.test_image_observations_with_cnn_policy_keeps_shared_extractor_out_of_the_critic(ACKTR)
+
+
+def test_cnn_layers_are_kronecker_factored_not_refused():
+    env = integration._SpacesEnv(integration.IMAGE, integration.ACTION_SPACES["discrete"])
+    kwargs = {**TINY, "policy_kwargs": {"net_arch": [16], "features_extractor_kwargs": {"features_dim": 16}}}
+    model = ACKTR("CnnPolicy", env, **kwargs)
+    convolutions = [layer for layer in model._actor_plan.layers if isinstance(layer, torch.nn.Conv2d)]
+    assert len(convolutions) == 3 and not model._actor_plan.blocks
+
+
+@pytest.mark.parametrize("critic_fit", ["kfac", "minibatch", "lbfgs"])
+def test_every_critic_fit_lowers_the_value_loss(critic_fit):
+    model = ACKTR("MlpPolicy", "Pendulum-v1", critic_fit=critic_fit, n_critic_updates=5, normalize_advantage=True, **TINY)
+    model.learn(TINY["n_steps"])
+    observations = torch.as_tensor(model.rollout_buffer.observations.reshape(-1, 3))
+    returns = torch.as_tensor(model.rollout_buffer.returns.flatten())
+    with torch.no_grad():
+        fitted = float(torch.nn.functional.mse_loss(model.policy.predict_values(observations).flatten(), returns))
+    fresh = ACKTR("MlpPolicy", "Pendulum-v1", **TINY)
+    with torch.no_grad():
+        untouched = float(torch.nn.functional.mse_loss(fresh.policy.predict_values(observations).flatten(), returns))
+    assert fitted < untouched
+    assert model.logger.name_to_value["train/learning_rate"] == 0.25
+    if critic_fit == "minibatch":
+        assert model.policy.optimizer.param_groups[0]["lr"] == model.critic_learning_rate
+
+
+def test_the_kfac_critic_step_obeys_its_own_clip():
+    model = ACKTR("MlpPolicy", "Pendulum-v1", learning_rate=1e3, critic_kfac_clip=0.05, n_critic_updates=1, **TINY)
+    before = get_flat_params(model.critic_parameters)
+    model.learn(TINY["n_steps"])
+    step = get_flat_params(model.critic_parameters) - before
+    curvature = model.critic_kfac_statistics.curvature()
+    kl = 0.5 * float(torch.dot(step, kfac_product(model._critic_plan, curvature, step)))
+    assert kl == pytest.approx(0.05, rel=1e-3)
+
+
+def test_callbacks_see_every_step():
+    class Count(BaseCallback):
+        calls = 0
+
+        def _on_step(self) -> bool:
+            Count.calls += 1
+            return True
+
+    ACKTR("MlpPolicy", "Pendulum-v1", **TINY).learn(2 * TINY["n_steps"], callback=Count())
+    assert Count.calls == 2 * TINY["n_steps"]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_the_fast_loop_collects_sb3s_rollouts_between_acktr_updates(env_id):
+    rollouts.assert_same_rollouts(
+        lambda: ACKTR("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=0), **{**rollouts.TINY, "n_critic_updates": 2})
+    )
+
+
+def test_options_are_checked_with_their_names():
+    for option, value in [("kfac_clip", 0.0), ("kfac_update", 0), ("kfac_damping", 0.0), ("kfac_stats_decay", 1.0),
+                          ("vf_fisher_coef", 0.0), ("critic_kfac_clip", -1.0), ("critic_fit", "adam"), ("ent_coef", -0.1)]:
+        with pytest.raises(ValueError, match=f"`{option}`"):
+            ACKTR("MlpPolicy", "CartPole-v1", **{**TINY, option: value})
+
+
+def test_the_signature_keeps_stable_baselines_2s_keyword_names_and_baselines_defaults():
+    parameters = inspect.signature(ACKTR).parameters
+    defaults = {name: parameter.default for name, parameter in parameters.items()}
+    assert {name: defaults[name] for name in ("n_steps", "ent_coef", "vf_coef", "vf_fisher_coef", "learning_rate",
+                                                "max_grad_norm", "kfac_clip", "kfac_update", "gamma")} == {
+        "n_steps": 20, "ent_coef": 0.01, "vf_coef": 0.5, "vf_fisher_coef": 1.0, "learning_rate": 0.25,
+        "max_grad_norm": 0.5, "kfac_clip": 0.001, "kfac_update": 1, "gamma": 0.99,
+    }
+    for name in parameters:
+        if not name.startswith("_") and name not in ("policy", "env"):
+            assert f":param {name}:" in ACKTR.__doc__, name
+
+
+def test_the_objective_adds_ent_coef_times_the_mean_entropy():
+    model = ACKTR("MlpPolicy", "CartPole-v1", ent_coef=0.5, **TINY)
+    model.learn(TINY["n_steps"])
+    sample = policy_sample(rollout_tensors(model.rollout_buffer), 1, discrete_actions=True, normalize=None)
+    distribution = model.policy.get_distribution(sample.observations)
+    with_bonus = model.policy_objective(sample, distribution, distribution)
+    model.ent_coef = 0.0
+    without = model.policy_objective(sample, distribution, distribution)
+    entropy = distribution.entropy().mean()
+    assert float(entropy) > 0.0
+    torch.testing.assert_close(with_bonus.surrogate - without.surrogate, 0.5 * entropy)
+    assert torch.equal(with_bonus.kl, without.kl)
