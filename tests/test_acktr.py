@@ -51,7 +51,7 @@ def _quadratic_kl(model: ACKTR, step: torch.Tensor) -> float:
 def test_a_clipped_step_has_the_quadratic_model_kl_kfac_clip(env_id):
     model = RecordingACKTR("MlpPolicy", env_id, learning_rate=1e3, kfac_clip=0.002, **TINY)
     model.learn(TINY["n_steps"])
-    (proposal, outcome), = model.outcomes
+    ((proposal, outcome),) = model.outcomes
     assert outcome.fraction == 1.0 and outcome.metrics["kl_clip_fraction"] == 1.0
     assert _quadratic_kl(model, proposal.full_step) == pytest.approx(0.002, rel=STEP_RTOL)
 
@@ -60,7 +60,7 @@ def test_the_learning_rate_caps_a_step_below_the_clip():
     model = RecordingACKTR("MlpPolicy", "CartPole-v1", learning_rate=1e-4, kfac_clip=0.002, **TINY)
     before = get_flat_params(model.actor_parameters)
     model.learn(TINY["n_steps"])
-    (proposal, outcome), = model.outcomes
+    ((proposal, outcome),) = model.outcomes
     step = get_flat_params(model.actor_parameters) - before
     direction = proposal.full_step / proposal.kl_scale
     assert outcome.fraction < 1.0 and outcome.metrics["step_size"] == pytest.approx(1e-4)
@@ -189,8 +189,16 @@ def test_the_fast_loop_collects_sb3s_rollouts_between_acktr_updates(env_id):
 
 
 def test_options_are_checked_with_their_names():
-    for option, value in [("kfac_clip", 0.0), ("kfac_update", 0), ("kfac_damping", 0.0), ("kfac_stats_decay", 1.0),
-                          ("vf_fisher_coef", 0.0), ("critic_kfac_clip", -1.0), ("critic_fit", "adam"), ("ent_coef", -0.1)]:
+    for option, value in [
+        ("kfac_clip", 0.0),
+        ("kfac_update", 0),
+        ("kfac_damping", 0.0),
+        ("kfac_stats_decay", 1.0),
+        ("vf_fisher_coef", 0.0),
+        ("critic_kfac_clip", -1.0),
+        ("critic_fit", "adam"),
+        ("ent_coef", -0.1),
+    ]:
         with pytest.raises(ValueError, match=f"`{option}`"):
             ACKTR("MlpPolicy", "CartPole-v1", **{**TINY, option: value})
 
@@ -198,10 +206,29 @@ def test_options_are_checked_with_their_names():
 def test_the_signature_keeps_stable_baselines_2s_keyword_names_and_baselines_defaults():
     parameters = inspect.signature(ACKTR).parameters
     defaults = {name: parameter.default for name, parameter in parameters.items()}
-    assert {name: defaults[name] for name in ("n_steps", "ent_coef", "vf_coef", "vf_fisher_coef", "learning_rate",
-                                                "max_grad_norm", "kfac_clip", "kfac_update", "gamma")} == {
-        "n_steps": 20, "ent_coef": 0.01, "vf_coef": 0.5, "vf_fisher_coef": 1.0, "learning_rate": 0.25,
-        "max_grad_norm": 0.5, "kfac_clip": 0.001, "kfac_update": 1, "gamma": 0.99,
+    assert {
+        name: defaults[name]
+        for name in (
+            "n_steps",
+            "ent_coef",
+            "vf_coef",
+            "vf_fisher_coef",
+            "learning_rate",
+            "max_grad_norm",
+            "kfac_clip",
+            "kfac_update",
+            "gamma",
+        )
+    } == {
+        "n_steps": 20,
+        "ent_coef": 0.01,
+        "vf_coef": 0.5,
+        "vf_fisher_coef": 1.0,
+        "learning_rate": 0.25,
+        "max_grad_norm": 0.5,
+        "kfac_clip": 0.001,
+        "kfac_update": 1,
+        "gamma": 0.99,
     }
     for name in parameters:
         if not name.startswith("_") and name not in ("policy", "env"):

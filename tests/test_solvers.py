@@ -5,6 +5,8 @@ import warnings
 import pytest
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.preprocessing import get_flattened_obs_dim
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_npg import NPG, TRPO
@@ -157,7 +159,30 @@ def test_the_kfac_solvers_refuse_what_they_cannot_factor(algo):
         algo("MlpPolicy", "CartPole-v1", fisher_solver="lbfgs", **TINY)
     with pytest.raises(ValueError, match=r"`fisher_solver`='kfac' needs cg_damping > 0, got 0.0"):
         algo("MlpPolicy", "CartPole-v1", fisher_solver="kfac", cg_damping=0.0, **TINY)
+    kwargs = {**TINY, "policy_kwargs": {"net_arch": [16], "features_extractor_class": _ScaledExtractor}}
+    with pytest.raises(ValueError, match=r"`fisher_solver`='kfac_preconditioned_cg' cannot factor this actor.*scale"):
+        algo("MlpPolicy", "CartPole-v1", fisher_solver="kfac_preconditioned_cg", **kwargs)
+
+
+class _ScaledExtractor(BaseFeaturesExtractor):
+    """A features extractor with a parameter outside any layer: K-FAC has no block for it."""
+
+    def __init__(self, observation_space):
+        super().__init__(observation_space, features_dim=get_flattened_obs_dim(observation_space))
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, observations):
+        return self.scale * observations.flatten(1)
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_the_kfac_solvers_factor_cnn_policies_convolutions(algo):
+    kwargs = {**TINY, "policy_kwargs": {"net_arch": [16], "features_extractor_kwargs": {"features_dim": 16}}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match=r"`fisher_solver`='kfac_preconditioned_cg' cannot factor this actor"):
-            algo("CnnPolicy", _image_env(), fisher_solver="kfac_preconditioned_cg", **{**TINY, "policy_kwargs": {}})
+        model = algo("CnnPolicy", _image_env(), fisher_solver="kfac", **kwargs)
+    assert sum(isinstance(layer, torch.nn.Conv2d) for layer in model._kfac_plan.layers) == 3
+    before = [p.detach().clone() for p in model.actor_parameters]
+    model.learn(TINY["n_steps"])
+    assert model.skipped_steps == 0
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.actor_parameters, strict=True))

@@ -212,7 +212,7 @@ class ACKTR(NaturalPolicyGradient):
 
     # ------------------------------------------------------------------ options
 
-    @property  # type: ignore[override]
+    @property
     def target_kl(self) -> float | Schedule:
         """The shared step's KL radius: ACKTR's ``kfac_clip``."""
         return self.kfac_clip

@@ -103,8 +103,7 @@ class KfacStatistics(nn.Module):
             raise RuntimeError("The K-FAC statistics have not been updated yet")
         tensors = self._tensors(prefix)
         layers = [
-            KroneckerFactors(tensors[2 * index], tensors[2 * index + 1], int(self.updates))
-            for index in range(self.n_layers)
+            KroneckerFactors(tensors[2 * index], tensors[2 * index + 1], int(self.updates)) for index in range(self.n_layers)
         ]
         blocks: list[torch.Tensor | None] = list(tensors[2 * self.n_layers :])
         return KfacCurvature(layers, blocks)

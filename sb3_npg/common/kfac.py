@@ -45,6 +45,7 @@ from sb3_npg.common.kfac_layers import (
     layer_matrices,
     output_factor,
 )
+
 #: The Fisher of a Gaussian in its log standard deviation: ``d^2 KL / d log_std^2 = 2`` per action dimension.
 GAUSSIAN_LOG_STD_FISHER = 2.0
 #: The pi-correction when a factor's trace is zero (no information to balance the damping with).

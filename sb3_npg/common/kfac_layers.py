@@ -11,7 +11,8 @@ the input patch ``a_t`` (``F.unfold``'s ``C * kh * kw`` values, channel-major, t
 so the weight's gradient per sample is ``sum_t g_t a_t^T``. Under the paper's spatial homogeneity and uncorrelated
 derivatives, the Fisher block is ``T * kron(E_t[g g^T], E_t[a a^T])``; here ``A`` is the mean of ``a_t a_t^T`` over
 samples and locations and ``G = E_n[sum_t g_t g_t^T]`` carries the ``T``. For a kernel as large as its input (one
-location) it is the linear layer's factors exactly. Grouped convolutions and other padding modes than zeros are refused.
+location) it is the linear layer's factors exactly. Grouped convolutions, string paddings (``"same"``) and padding
+modes other than zeros are refused.
 
 **The layer's matrix** is ``V = [W | b]`` (``out x in_ext``, a convolution's weight as ``weight.view(out, -1)``);
 :func:`layer_matrices` and :func:`flatten_layer_matrices` move between a flat vector in the parameters' order
@@ -46,8 +47,8 @@ def layer_weight_and_bias(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor 
     """
     if not isinstance(layer, SUPPORTED_LAYERS):
         raise TypeError(f"K-FAC supports {[kind.__name__ for kind in SUPPORTED_LAYERS]}, not {type(layer).__name__}")
-    if isinstance(layer, nn.Conv2d) and (layer.groups != 1 or layer.padding_mode != "zeros"):
-        raise TypeError(f"K-FAC supports nn.Conv2d with groups=1 and zero padding, not {layer}")
+    if isinstance(layer, nn.Conv2d) and (layer.groups != 1 or layer.padding_mode != "zeros" or isinstance(layer.padding, str)):
+        raise TypeError(f"K-FAC supports nn.Conv2d with groups=1 and numeric zero padding, not {layer}")
     return layer.weight, layer.bias
 
 
@@ -76,9 +77,8 @@ def expanded_inputs(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     ``BIAS_INPUT`` appended for a bias."""
     _, bias = layer_weight_and_bias(layer)
     if isinstance(layer, nn.Conv2d):
-        patches = F.unfold(
-            inputs.detach(), layer.kernel_size, dilation=layer.dilation, padding=layer.padding, stride=layer.stride
-        )
+        padding = (0, 0) if isinstance(layer.padding, str) else layer.padding  # a string padding was refused above
+        patches = F.unfold(inputs.detach(), layer.kernel_size, dilation=layer.dilation, padding=padding, stride=layer.stride)
         rows = patches.transpose(1, 2).reshape(-1, patches.shape[1])
     else:
         rows = inputs.detach().reshape(-1, inputs.shape[-1])

@@ -10,8 +10,8 @@ order is the order of every flat vector the algorithm uses) into blocks, each pa
   Kronecker-factored block ``kron(G, A)`` (:mod:`.kfac_layers`);
 - a DiagGaussian's state-independent ``log_std``: its exact block ``2 I``;
 - gSDE's ``log_std``: its exact block, derived in closed form (:func:`gsde_log_std_fisher`);
-- anything else (a free parameter of a custom extractor, a grouped convolution): a ``ValueError`` naming it, unless ``identity_fallback=True`` gives it an identity block, that is the plain gradient
-  (divided by ``1 + damping``).
+- anything else (a free parameter of a custom extractor, a grouped convolution): a ``ValueError`` naming it, unless
+  ``identity_fallback=True`` gives it an identity block, that is the plain gradient (divided by ``1 + damping``).
 
 Inside, vectors are permuted to the plan's order (the layers' parameters as :func:`.kfac.layer_parameters` orders them,
 then each exact block's); every function here takes and returns flat vectors in the actor parameters' order.
@@ -82,7 +82,7 @@ class KfacPlan:
         then each block's parameter
     """
 
-    layers: tuple[nn.Linear, ...]
+    layers: tuple[nn.Module, ...]
     blocks: tuple[ExactBlock, ...]
     order: torch.Tensor
 
@@ -92,7 +92,7 @@ class KfacPlan:
         return sum(param.numel() for param in layer_parameters(self.layers))
 
 
-def _actor_layers(policy: ActorCriticPolicy, positions: dict[int, int]) -> tuple[nn.Linear, ...]:
+def _actor_layers(policy: ActorCriticPolicy, positions: dict[int, int]) -> tuple[nn.Module, ...]:
     """The ``nn.Linear`` layers of ``policy`` whose every parameter is an actor parameter, by their weight's position."""
     layers = [
         module

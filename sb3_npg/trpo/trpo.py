@@ -98,12 +98,12 @@ class TRPO(NaturalPolicyGradient):
         times both)
     :param fisher_solver: How each natural direction ``(F + cg_damping * I)^-1 g`` is found. ``"cg"`` (default):
         conjugate gradient on Fisher-vector products. ``"kfac"``: K-FAC's inverse of the damped Fisher on the step's
-        samples (Kronecker-factored blocks of the actor's linear layers, exact blocks for ``log_std``; the true Fisher
-        of the policy's own actions), with one Fisher product to scale the step by the same KL model (``cg_residual``
-        logs how far it is from the solve). ``"kfac_preconditioned_cg"``: conjugate gradient preconditioned by it: the
-        same stopping rule, in fewer products where K-FAC resembles the Fisher. The K-FAC options need
-        ``cg_damping`` > 0 and linear layers (not ``CnnPolicy``'s convolutions); with ``distributed``, the factors
-        are those of every rank's samples together
+        samples (Kronecker-factored blocks of the actor's linear and 2-d convolution layers, exact blocks for
+        ``log_std``; the true Fisher of the policy's own actions), with one Fisher product to scale the step by the
+        same KL model (``cg_residual`` logs how far it is from the solve). ``"kfac_preconditioned_cg"``: conjugate
+        gradient preconditioned by it: the same stopping rule, in fewer products where K-FAC resembles the Fisher.
+        The K-FAC options need ``cg_damping`` > 0 and an actor of such layers (a parameter outside them is refused);
+        with ``distributed``, the factors are those of every rank's samples together
     :param fisher_sub_sampling_factor: Compute Fisher-vector products on every n-th sample of the policy batch
         only, while the gradient and the line search keep the whole batch (the TRPO paper's trick; OpenAI
         baselines use 5). Conjugate gradient gets about n times cheaper; unlike ``sub_sampling_factor``, the

@@ -1,4 +1,4 @@
-"""Registration of ``npg`` and ``npg_trpo`` in the RL Zoo, and where their hyperparameter files live."""
+"""Registration of ``npg``, ``npg_trpo`` and ``acktr`` in the RL Zoo, and where their hyperparameter files live."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ from typing import Any
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.utils import LinearSchedule
 
+from sb3_npg.acktr import ACKTR
 from sb3_npg.common.validation import POSITIVE
 from sb3_npg.npg import NPG
 from sb3_npg.trpo import TRPO
 from sb3_npg.zoo.samplers import SAMPLERS
 
-#: Our algorithms under their Zoo names; ``npg_trpo`` never shadows sb3-contrib's ``trpo``.
-ZOO_ALGOS: dict[str, type[BaseAlgorithm]] = {"npg": NPG, "npg_trpo": TRPO}
+#: Our algorithms under their Zoo names; ``npg_trpo`` never shadows sb3-contrib's ``trpo``, and rl_zoo3 has no ``acktr``.
+ZOO_ALGOS: dict[str, type[BaseAlgorithm]] = {"npg": NPG, "npg_trpo": TRPO, "acktr": ACKTR}
+#: The KL radii a Zoo file may give as ``lin_`` schedule strings (:func:`zoo_target_kl`): NPG's and TRPO's, ACKTR's.
+KL_RADIUS_KEYS = ("target_kl", "kfac_clip")
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
 #: sb3-contrib's TRPO settings from the RL Zoo, translated to our KL: the "same settings" file of both names.
 SB3_CONTRIB_SETTINGS_FILE = "sb3_contrib_trpo.yml"
@@ -30,7 +33,7 @@ def hyperparams_path(algo: str, sb3_contrib_settings: bool = False) -> Path:
     """
     The shipped hyperparameter file of one of our Zoo names.
 
-    :param algo: ``npg`` or ``npg_trpo``
+    :param algo: ``npg``, ``npg_trpo`` or ``acktr``
     :param sb3_contrib_settings: the file of sb3-contrib's TRPO settings from the RL Zoo instead, translated to our
         KL and nothing else (one file for both names), for comparisons with ``sb3_contrib.TRPO`` on the same settings
     :return: the path of ``sb3_npg/zoo/hyperparams/{algo}.yml`` (or of ``sb3_contrib_trpo.yml``)
@@ -70,8 +73,9 @@ def _converting_target_kl(preprocess: Callable[..., Any]) -> Callable[..., Any]:
     """The Zoo's hyperparameter preprocessing, with :func:`zoo_target_kl` applied first for our algorithms."""
 
     def preprocess_hyperparams(manager: Any, hyperparams: dict[str, Any]) -> Any:
-        if manager.algo in ZOO_ALGOS and "target_kl" in hyperparams:
-            hyperparams = {**hyperparams, "target_kl": zoo_target_kl(hyperparams["target_kl"])}
+        if manager.algo in ZOO_ALGOS:
+            radii = {key: zoo_target_kl(hyperparams[key]) for key in KL_RADIUS_KEYS if key in hyperparams}
+            hyperparams = {**hyperparams, **radii}
         return preprocess(manager, hyperparams)
 
     setattr(preprocess_hyperparams, CONVERTS_TARGET_KL, True)
@@ -80,9 +84,9 @@ def _converting_target_kl(preprocess: Callable[..., Any]) -> Callable[..., Any]:
 
 def register() -> None:
     """
-    Add ``npg`` and ``npg_trpo`` to ``rl_zoo3``'s algorithms, Optuna samplers and converters, and let their
-    hyperparameters give ``target_kl`` as a schedule string (:func:`zoo_target_kl`; the Zoo converts the schedule
-    strings of a few other keys only).
+    Add ``npg``, ``npg_trpo`` and ``acktr`` to ``rl_zoo3``'s algorithms, Optuna samplers and converters, and let
+    their hyperparameters give ``target_kl`` (``kfac_clip`` for ACKTR) as a schedule string (:func:`zoo_target_kl`;
+    the Zoo converts the schedule strings of a few other keys only).
 
     Idempotent: a second call finds the same entries and changes nothing. Entries and hyperparameters of other
     algorithms (sb3-contrib's ``trpo`` among them) are never touched.
