@@ -4,7 +4,7 @@
         --timesteps 100000 --eval-freq 10000 --workers 2 --out benchmarks/results/compare
     .venv/bin/python -m benchmarks.report benchmarks/results/compare     # results.md and one PNG per environment
 
-Algorithms: ``npg`` and ``npg_trpo`` (ours, with our shipped Zoo files), ``trpo`` (sb3-contrib), ``ppo`` and ``a2c``
+Algorithms: ``npg``, ``npg_trpo`` and ``acktr`` (ours, with our shipped Zoo files), ``trpo`` (sb3-contrib), ``ppo`` and ``a2c``
 (SB3), the others with the installed ``rl_zoo3``'s files; ``--conf ALGO=FILE`` gives an algorithm a file of your own
 (the Zoo's format). A MuJoCo ``-v5`` environment without an entry uses the file's ``-v4`` entry. Every algorithm trains
 for the same budget: ``--timesteps``, or else the environment's budget in our ``npg_trpo.yml`` (the RL Zoo's TRPO
@@ -51,7 +51,7 @@ from benchmarks.common import (
 )
 from sb3_npg.zoo import hyperparams_path
 
-DEFAULT_ALGOS = "npg,npg_trpo,trpo,ppo,a2c"
+DEFAULT_ALGOS = "npg,npg_trpo,acktr,trpo,ppo,a2c"
 DEFAULT_EVAL_EPISODES = 10
 #: Evaluations per run when ``--eval-freq`` is not given.
 DEFAULT_EVALUATIONS = EVALUATIONS_PER_RUN

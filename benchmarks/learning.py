@@ -25,12 +25,27 @@ import torch
 from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.env_util import make_vec_env
 
-from benchmarks.common import LEARNING_CONFIGS, N_EVAL_EPISODES
-from sb3_npg import NPG, TRPO
+from benchmarks.common import LEARNING_CONFIGS, N_EVAL_EPISODES, hyperparams_entry
+from sb3_npg import ACKTR, NPG, TRPO
 from sb3_npg.common.algorithm import NaturalPolicyGradient
 from sb3_npg.common.solvers import FISHER_SOLVERS
+from sb3_npg.zoo import hyperparams_path
 
-ALGOS: dict[str, type[NaturalPolicyGradient]] = {"npg": NPG, "trpo": TRPO}
+ALGOS: dict[str, type[NaturalPolicyGradient]] = {"npg": NPG, "trpo": TRPO, "acktr": ACKTR}
+#: The algorithms that learn with their shipped Zoo entry (its ``n_envs`` and options) instead of the settings of
+#: :data:`LEARNING_CONFIGS`, which are NPG's and TRPO's.
+ZOO_ENTRY_ALGOS = {"acktr": "acktr"}
+#: Keys of a Zoo entry that are not constructor options.
+ZOO_ONLY_KEYS = ("n_envs", "n_timesteps", "policy")
+
+
+def learning_settings(algo: str, env_id: str) -> tuple[int, dict[str, Any]]:
+    """The number of environments and the constructor options ``algo`` learns ``env_id`` with."""
+    config = LEARNING_CONFIGS[env_id]
+    if algo not in ZOO_ENTRY_ALGOS:
+        return config["n_envs"], dict(config["hyperparams"])
+    entry = hyperparams_entry(hyperparams_path(ZOO_ENTRY_ALGOS[algo]), env_id)
+    return int(entry.get("n_envs", 1)), {key: value for key, value in entry.items() if key not in ZOO_ONLY_KEYS}
 
 
 @dataclass
@@ -50,14 +65,14 @@ def run_learning(algo: str, env_id: str, seed: int = 0, settings: Mapping[str, A
     Train ``algo`` on ``env_id`` with :data:`LEARNING_CONFIGS` until the deterministic evaluation mean over 10
     episodes reaches the threshold or the budget is spent.
 
-    :param algo: ``npg`` or ``trpo``
+    :param algo: ``npg``, ``trpo`` or ``acktr`` (with its shipped Zoo entry)
     :param env_id: a key of :data:`LEARNING_CONFIGS`
     :param seed: the seed of the model and of the environments
     :param settings: options added to (or replacing) the environment's settings, e.g. ``sb3_npg.FAST_SETTINGS``
     :return: the best evaluation mean, when it was reached and how long it took
     """
     config = LEARNING_CONFIGS[env_id]
-    n_envs = config["n_envs"]
+    n_envs, hyperparams = learning_settings(algo, env_id)
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     eval_env = make_vec_env(env_id, n_envs=1, seed=seed + 1000)
     stop = StopTrainingOnRewardThreshold(reward_threshold=config["threshold"], verbose=0)
@@ -69,7 +84,7 @@ def run_learning(algo: str, env_id: str, seed: int = 0, settings: Mapping[str, A
         deterministic=True,
         verbose=0,
     )
-    model = ALGOS[algo]("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **(settings or {})})
+    model = ALGOS[algo]("MlpPolicy", env, seed=seed, device="cpu", **{**hyperparams, **(settings or {})})
     start = time.perf_counter()
     model.learn(config["budget"], callback=evaluation)
     wall = time.perf_counter() - start
@@ -129,7 +144,7 @@ def main() -> None:
     for env_id in args.envs.split(","):
         for algo in args.algos.split(","):
             for seed in map(int, args.seeds.split(",")):
-                settings = {"fisher_solver": args.fisher_solver}
+                settings = {"fisher_solver": args.fisher_solver} if algo in ("npg", "trpo") else {}
                 lines.append(json.dumps(asdict(run_learning(algo, env_id, seed, settings))))
                 print(lines[-1], flush=True)
     if args.out is not None:
