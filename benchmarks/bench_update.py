@@ -13,7 +13,12 @@ configuration's hyperparameters:
 - on Box actions of d > 1 dimensions, our TRPO and NPG with sb3-contrib's KL scale (``cg_damping`` and ``target_kl``
   times d, :func:`contrib_kl_scale`): sb3-contrib averages the KL over dimensions, so with the same values it solves
   a better-conditioned system with fewer CG iterations; these rows do the same CG work and take the same step;
-- our TRPO and NPG with the recommended ``FAST_SETTINGS`` added.
+- our TRPO and NPG with the recommended ``FAST_SETTINGS`` added;
+- our ACKTR with the configuration's options it takes (its ``critic_learning_rate`` from ``learning_rate``): with
+  the configuration's critic fit (the critic of its shipped MuJoCo entries), and with one step of its K-FAC critic
+  (the paper's update: one natural-gradient step of actor and critic);
+- SB3's A2C with the options it takes: one gradient step of actor and critic, the reference of the paper's claim
+  that a K-FAC update costs 10-25% more than a first-order one (``ratio_to_a2c`` in the JSON).
 
 They are timed in alternation (A B C ... A B C ...) after ``WARMUP`` untimed rounds, with one torch thread; the table
 reports the median milliseconds per update and the median of the per-repetition ratios ours / sb3-contrib. Peak
@@ -24,6 +29,9 @@ fitted to, and the explained variance of the value on a second, held-out rollout
 
 from __future__ import annotations
 
+import copy
+import inspect
+import math
 import multiprocessing
 import resource
 import statistics
@@ -34,6 +42,7 @@ import numpy as np
 import sb3_contrib
 import torch
 from gymnasium import spaces
+from stable_baselines3 import A2C
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
@@ -46,7 +55,7 @@ from benchmarks.common import (
     fill_rollout,
     run_configs,
 )
-from sb3_npg import FAST_SETTINGS, NPG, TRPO
+from sb3_npg import ACKTR, FAST_SETTINGS, NPG, TRPO
 
 #: (name, class, extra settings) of every contender; the first is the reference of the ratios.
 CONTENDERS: list[tuple[str, type[OnPolicyAlgorithm], dict[str, Any]]] = [
@@ -57,7 +66,14 @@ CONTENDERS: list[tuple[str, type[OnPolicyAlgorithm], dict[str, Any]]] = [
     ("sb3_npg.NPG, KL as sb3-contrib", NPG, {CONTRIB_KL: True}),
     ("sb3_npg.TRPO+fast", TRPO, dict(FAST_SETTINGS)),
     ("sb3_npg.NPG+fast", NPG, dict(FAST_SETTINGS)),
+    ("sb3_npg.ACKTR", ACKTR, {"critic_fit": "minibatch"}),
+    ("sb3_npg.ACKTR, one K-FAC critic step", ACKTR, {"critic_fit": "kfac", "n_critic_updates": 1}),
+    ("stable_baselines3.A2C", A2C, {}),
 ]
+#: The contenders that take only the configuration's options they know (the others take every one).
+FOREIGN_OPTIONS = (ACKTR, A2C)
+#: The contender the paper's K-FAC overhead is measured against, and the one measured.
+FIRST_ORDER, KFAC_UPDATE = "stable_baselines3.A2C", "sb3_npg.ACKTR, one K-FAC critic step"
 #: Updates sb3-contrib's TRPO trains before the shared rollout, so the timed update starts from a trained state.
 WARM_UP_UPDATES = 5
 KIB_PER_PAGE = resource.getpagesize() // 1024
@@ -92,11 +108,19 @@ class _Contender:
         model.policy.load_state_dict(policy_state)
         self.policy_state = policy_state
         self.optimizer_state = model.policy.optimizer.state_dict()
+        # ACKTR's running K-FAC statistics: every timed update starts from the same ones (none yet).
+        self.statistics = [copy.deepcopy(module.state_dict()) for module in self._statistics_modules()]
         self.times: list[float] = []
+
+    def _statistics_modules(self) -> list[torch.nn.Module]:
+        names = ("kfac_statistics", "critic_kfac_statistics")
+        return [module for module in (getattr(self.model, name, None) for name in names) if module is not None]
 
     def reset(self) -> None:
         self.model.policy.load_state_dict(self.policy_state)
         self.model.policy.optimizer.load_state_dict(self.optimizer_state)
+        for module, state in zip(self._statistics_modules(), self.statistics, strict=True):
+            module.load_state_dict(state)
 
     def timed_update(self) -> float:
         self.reset()
@@ -133,7 +157,20 @@ class _Contender:
             del self.model.hessian_vector_product
             return len(calls)  # including the product of CG's random start that sb3-contrib's solver computes
         self.model.train()
-        return int(self.model.logger.name_to_value["train/cg_iterations"])  # CG gives s^T F s: no product after it
+        iterations = self.model.logger.name_to_value.get("train/cg_iterations", 0)  # CG gives s^T F s: no product after
+        return 0 if math.isnan(iterations) else int(iterations)  # ACKTR's K-FAC and A2C take no Fisher product
+
+
+def _options_for(algo: type[OnPolicyAlgorithm], config: dict[str, Any]) -> dict[str, Any]:
+    """The configuration with the options ``algo`` takes: all for NPG and TRPO; for ACKTR and A2C those their
+    constructors name (ACKTR's critic learning rate is the configuration's ``learning_rate``)."""
+    if algo not in FOREIGN_OPTIONS:
+        return config
+    hyperparams = dict(config["hyperparams"])
+    if algo is ACKTR and "learning_rate" in hyperparams:
+        hyperparams["critic_learning_rate"] = hyperparams.pop("learning_rate")
+    accepted = inspect.signature(algo).parameters
+    return {**config, "hyperparams": {key: value for key, value in hyperparams.items() if key in accepted}}
 
 
 def _shared_rollouts(config: dict[str, Any], seed: int) -> tuple[OnPolicyAlgorithm, RolloutBuffer, RolloutBuffer]:
@@ -167,7 +204,7 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
     for label, algo, extra in CONTENDERS:
         if extra.get(CONTRIB_KL) and not is_multi_dimensional_box:
             continue  # one action dimension: both KLs agree, the row would repeat the plain one
-        model = contrib if algo is sb3_contrib.TRPO else build_model(algo, config, seed, **extra)
+        model = contrib if algo is sb3_contrib.TRPO else build_model(algo, _options_for(algo, config), seed, **extra)
         model.rollout_buffer = fitted
         contenders.append(_Contender(label, model, policy_state))
     memory = {c.name: _peak_memory_mib(c.model) for c in contenders}
@@ -180,11 +217,13 @@ def bench_config(name: str, config: dict[str, Any], reps: int, seed: int = 0) ->
                 contender.times.append(elapsed)
     reference = contenders[0].times
     result: dict[str, Any] = {"config": name, "samples": contrib.n_steps * contrib.n_envs, "models": {}}
+    first_order = next(c.times for c in contenders if c.name == FIRST_ORDER)
     for contender in contenders:
         ratios = [t / r for t, r in zip(contender.times, reference, strict=True)]
         result["models"][contender.name] = {
             "median_ms": 1000 * statistics.median(contender.times),
             "median_ratio": statistics.median(ratios),
+            "ratio_to_a2c": statistics.median([t / r for t, r in zip(contender.times, first_order, strict=True)]),
             "peak_memory_mib": memory[contender.name],
             **quality[contender.name],
         }

@@ -247,3 +247,14 @@ def test_the_objective_adds_ent_coef_times_the_mean_entropy():
     assert float(entropy) > 0.0
     torch.testing.assert_close(with_bonus.surrogate - without.surrogate, 0.5 * entropy)
     assert torch.equal(with_bonus.kl, without.kl)
+
+
+def test_statistics_loaded_into_a_live_model_replace_its_cached_inverse():
+    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=100, **TINY)
+    model.learn(TINY["n_steps"])
+    state = copy.deepcopy(model.kfac_statistics.state_dict())
+    first = model.kfac_statistics.inverse(model._actor_plan, model._kfac_settings)
+    model.learn(TINY["n_steps"], reset_num_timesteps=False)
+    assert model.kfac_statistics.inverse(model._actor_plan, model._kfac_settings) is first  # kfac_update=100: kept
+    model.set_parameters({**model.get_parameters(), "kfac_statistics": state})
+    assert model.kfac_statistics.inverse(model._actor_plan, model._kfac_settings) is not first

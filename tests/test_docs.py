@@ -14,7 +14,7 @@ import torch.distributed as dist
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from benchmarks.common import free_port
-from sb3_npg import NPG, TRPO
+from sb3_npg import ACKTR, NPG, TRPO
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -47,7 +47,7 @@ def test_docs_build_without_warnings(tmp_path):
     pytest.importorskip("furo", reason="furo is not installed (pip install -e '.[docs]')")
     assert build.build_main(["-W", "--keep-going", "-b", "html", "-q", str(DOCS), str(tmp_path)]) == 0
     api = (tmp_path / "api.html").read_text(encoding="utf-8")
-    for algo in (NPG, TRPO):
+    for algo in (NPG, TRPO, ACKTR):
         shown = _signature_on_page(api, f"sb3_npg.{algo.__name__}")
         expected = {name: p.default for name, p in inspect.signature(algo).parameters.items()}
         assert [name for name, _ in shown] == list(expected), f"the API page's signature of {algo.__name__}"

@@ -71,6 +71,12 @@ class KfacStatistics(nn.Module):
         self.register_buffer("inverted_at", torch.zeros((), dtype=torch.long, device=device))
         self._inverse: MatVec | None = None
         self._inverse_damping = 0.0
+        # Statistics loaded into a live model (``set_parameters``) must not meet an inverse of the old ones.
+        self.register_load_state_dict_post_hook(lambda module, incompatible_keys: module.forget_inverse())
+
+    def forget_inverse(self) -> None:
+        """Drop the cached inverse: the next :meth:`inverse` rebuilds it from the ``inverted_`` copy."""
+        self._inverse = None
 
     def _tensors(self, prefix: str) -> list[torch.Tensor]:
         """Every buffer of one copy, layers (``A``, ``G``) then blocks."""
