@@ -6,8 +6,8 @@ Writes ``DIR/results.md``: the final return (the last evaluation) as mean +- std
 and one column per algorithm, the best mean of each row in bold and the RL Zoo's published sb3-contrib TRPO result
 (the RL Zoo's benchmark table) in its own column; the same as interquartile means with 95% bootstrap confidence
 intervals, and across each group of tasks the IQM of normalized scores (``benchmarks/reliable.py``, with ``rliable``);
-the MuJoCo goals, met or not (:func:`goals_table`); then the cost of each run (wall time, steps per second, share of
-time in ``train()``) and each seed's result. Writes
+the MuJoCo goals, met or not (:func:`goals_table`, and ACKTR's, :func:`acktr_goals_table`); then the cost of each run
+(wall time, steps per second, share of time in ``train()``) and each seed's result. Writes
 ``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95% confidence band, one line per algorithm;
 ``DIR/curves_<group>.png``: the curves of each group of tasks (``reliable.TASK_GROUPS``) side by side; and
 ``DIR/profile_<group>.png``: the performance profile of each group of tasks that every algorithm shown ran.
@@ -46,7 +46,7 @@ from sb3_npg.zoo import hyperparams_path
 
 RESULTS_FILE = "results.md"
 #: The order of the columns; algorithms not listed follow in name order.
-ALGO_ORDER = ("npg", "npg_trpo", "trpo", "ppo", "a2c")
+ALGO_ORDER = ("npg", "npg_trpo", "acktr", "trpo", "ppo", "a2c")
 BAND_ALPHA = 0.2
 #: Cycled over the algorithms, so that identical curves (NPG and TRPO when every full step is accepted) stay visible.
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -306,6 +306,38 @@ def goals_table(runs: list[dict[str, Any]], reference: Path = SB3_CONTRIB_SETTIN
     return "\n".join(lines)
 
 
+#: ACKTR's goals (issue 36): its IQM at or above each reference's IQM on at least that many of the MuJoCo goal tasks.
+ACKTR_GOALS = {"trpo": 3, "a2c": len(MEAN_GOALS)}
+
+
+def acktr_goals_table(runs: list[dict[str, Any]]) -> str:
+    """Per MuJoCo goal task with ACKTR runs: its IQM against sb3-contrib's TRPO's, A2C's and our TRPO's, and on how many
+    tasks it reaches each reference named by :data:`ACKTR_GOALS` (a reference with another schedule is not compared)."""
+    groups = _by(runs, "env_id", "algo")
+    references = [*ACKTR_GOALS, GOAL_ALGO]
+    lines = [
+        "| task | " + " | ".join(f"acktr IQM vs {algo} IQM" for algo in references) + " |",
+        "|---|" + "---|" * len(references),
+    ]
+    reached = dict.fromkeys(ACKTR_GOALS, 0)
+    for env_id in MEAN_GOALS:
+        ours = groups.get((env_id, "acktr"))
+        if not ours:
+            continue
+        cells = []
+        for algo in references:
+            cell, reaches = _iqm_cell(ours, groups[(env_id, algo)]) if (env_id, algo) in groups else ("-", False)
+            cells.append(cell)
+            if algo in reached:
+                reached[algo] += reaches
+        lines.append(f"| {env_id} | " + " | ".join(cells) + " |")
+    for algo, needed in ACKTR_GOALS.items():
+        lines.append(
+            f"\nacktr reaches {algo}'s IQM on {reached[algo]} of the tasks above (goal: {needed} of {len(MEAN_GOALS)})."
+        )
+    return "\n".join(lines)
+
+
 def plot_profiles(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
     """Per group of tasks with scores, its performance profile: the fraction of runs above each normalized score."""
     paths = []
@@ -402,6 +434,7 @@ def write_report(folder: Path) -> Path:
         f"{returns_table(runs)}\n\n# Final return, IQM over seeds [95% stratified bootstrap CI] (seeds)\n\n"
         f"{iqm_table(runs)}\n\n# Across tasks: normalized final return (0: random policy, 1: RL Zoo TRPO published)\n\n"
         f"{aggregate_table(runs)}\n\n# MuJoCo goals\n\n{goals_table(runs)}\n\n"
+        f"# ACKTR's goals\n\n{acktr_goals_table(runs)}\n\n"
         f"# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
         f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n\n"
         f"# Package versions the runs used\n\n{versions_table(runs)}\n",
@@ -422,6 +455,7 @@ def update_docs(paths: list[Path], folder: Path) -> None:
         "IQM": iqm_table(runs),
         "AGGREGATE": aggregate_table(runs),
         "GOALS": goals_table(runs),
+        "ACKTR_GOALS": acktr_goals_table(runs),
         "COST": cost_table(runs),
         "SEEDS": seeds_table(runs),
     }
