@@ -10,8 +10,11 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 
 import tests.test_integration as integration
+import tests.test_logging as logging_tests
 import tests.test_rollouts as rollouts
 from sb3_npg import ACKTR
+from sb3_npg.acktr.acktr import ACKTR_LOGGED_KEYS
+from sb3_npg.common.algorithm import NOT_ON_STDOUT
 from sb3_npg.common.batches import policy_sample, rollout_tensors
 from sb3_npg.common.kfac_policy import kfac_product
 from sb3_npg.common.natural_gradient import get_flat_params
@@ -258,3 +261,16 @@ def test_statistics_loaded_into_a_live_model_replace_its_cached_inverse():
     assert model.kfac_statistics.inverse(model._actor_plan, model._kfac_settings) is first  # kfac_update=100: kept
     model.set_parameters({**model.get_parameters(), "kfac_statistics": state})
     assert model.kfac_statistics.inverse(model._actor_plan, model._kfac_settings) is not first
+
+
+def test_the_log_holds_acktrs_keys_and_the_stdout_table_stays_short(tmp_path, capsys):
+    model = ACKTR("MlpPolicy", "Pendulum-v1", **TINY)
+    model.set_logger(configure(str(tmp_path), ["stdout", "csv"]))
+    capsys.readouterr()
+    model.learn(2 * TINY["n_steps"])
+    printed = logging_tests._train_rows(capsys.readouterr().out)
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {f"train/{key}" for key in ACKTR_LOGGED_KEYS} <= set(header)
+    assert not {"train/cg_iterations", "train/cg_residual"} & set(header), "ACKTR runs no conjugate gradient"
+    assert {"kl_divergence", "kl_clip_fraction", "step_fraction", "value_loss"} <= set(printed)
+    assert len(printed) <= 12 and not set(printed) & NOT_ON_STDOUT, printed

@@ -14,7 +14,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from sb3_npg.acktr.critic import KfacCriticOptions, kfac_critic_steps
 from sb3_npg.acktr.kfac_state import KfacSettings, KfacStatistics, RunningKroneckerSolver
 from sb3_npg.acktr.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-from sb3_npg.common.algorithm import NaturalPolicyGradient
+from sb3_npg.common.algorithm import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
 from sb3_npg.common.batches import Observations, PolicyBatch, first_tensor
 from sb3_npg.common.critic import CRITIC_FITS
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
@@ -34,6 +34,13 @@ from sb3_npg.common.validation import (
 
 #: ``critic_fit`` options of ACKTR: K-FAC on the critic's Gauss-Newton matrix, or the shared fits.
 ACKTR_CRITIC_FITS = ("kfac", *CRITIC_FITS)
+#: ACKTR's keys of every update's record: the shared ones but conjugate gradient's, and its solver's and hook's.
+ACKTR_LOGGED_KEYS = (
+    *(key for key in ALWAYS_LOGGED_KEYS if key not in ("cg_iterations", "cg_residual")),
+    "kfac_curvature",
+    "kl_clip_fraction",
+    "step_size",
+)
 #: The step the hook takes when the KL clip binds: all of the KL-scaled step.
 FULL_STEP = 1.0
 
@@ -123,6 +130,7 @@ class ACKTR(NaturalPolicyGradient):
         "MultiInputPolicy": MultiInputPolicy,
     }
     critic_fits: ClassVar[tuple[str, ...]] = ACKTR_CRITIC_FITS
+    always_logged_keys: ClassVar[tuple[str, ...]] = ACKTR_LOGGED_KEYS
 
     def __init__(
         self,

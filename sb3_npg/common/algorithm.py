@@ -103,6 +103,9 @@ NOT_ON_STDOUT = frozenset(
         "value_grad_norm",
         "line_search_last_kl",
         "target_kl",
+        "kfac_curvature",
+        "step_size",
+        "value_step_size",
     }
 )
 #: ``fisher`` options: the Gauss-Newton product with the distribution's analytic Fisher, or the KL's double backward.
@@ -131,6 +134,9 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
     }
     #: The ``critic_fit`` options this algorithm takes (a subclass with a critic fit of its own extends it).
     critic_fits: ClassVar[tuple[str, ...]] = CRITIC_FITS
+    #: The ``train/`` keys of every update's record, NaN when no step produced them (a subclass with another solver
+    #: names its own).
+    always_logged_keys: ClassVar[tuple[str, ...]] = ALWAYS_LOGGED_KEYS
     policy: ActorCriticPolicy
     rollout_buffer: RolloutBuffer
 
@@ -391,7 +397,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
 
     def _record_logs(self, policy_means: dict[str, float], critic_means: dict[str, float]) -> None:
         """One record per update: every key of ``docs/design.md``'s diagnostics."""
-        means = {key: math.nan for key in ALWAYS_LOGGED_KEYS} | policy_means | critic_means
+        means = {key: math.nan for key in self.always_logged_keys} | policy_means | critic_means
         means["target_kl"] = self.current_target_kl()  # the radius this update used (a schedule's value now)
         for key, value in means.items():
             self.logger.record(f"train/{key}", value, exclude="stdout" if key in NOT_ON_STDOUT else None)

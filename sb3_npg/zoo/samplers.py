@@ -99,15 +99,8 @@ NORMALIZE_ADVANTAGE = (False, True)
 
 
 def sample_acktr_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
-    """
-    Sample ACKTR's hyperparameters.
-
-    :param trial: the Optuna trial
-    :param n_actions: the number of action dimensions of a Box action space (the Zoo passes 0 otherwise)
-    :param n_envs: the number of environments (unused: ``n_steps`` is per environment)
-    :param additional_args: the Zoo's extra sampler arguments (unused)
-    :return: constructor arguments
-    """
+    """Sample ACKTR's hyperparameters (the arguments as :func:`sample_npg_params` takes them); ``kfac_clip`` scales
+    with the number of action dimensions of a Box, as NPG's ``target_kl`` does."""
     from rl_zoo3.hyperparams_opt import convert_onpolicy_params
 
     dims = max(1, n_actions)
