@@ -83,7 +83,9 @@ class ACKTR(NaturalPolicyGradient):
         function of the remaining progress. The KL is the true KL of the joint action distribution, summed over action
         dimensions
     :param kfac_update: Recompute the inverse of the running factors every this many updates (their running averages
-        are updated at every one)
+        are updated at every one). The inverse's eigendecompositions grow with the cube of each layer's inputs: with
+        ``CnnPolicy`` (NatureCNN's linear layer takes 3136 inputs) raise it, as OpenAI baselines' asynchronous
+        inversion did in effect
     :param use_sde: Whether to use generalized State Dependent Exploration (gSDE) instead of action noise
         (Box actions only)
     :param sde_sample_freq: Sample a new gSDE noise matrix every n steps (-1: only at the start of each rollout)
