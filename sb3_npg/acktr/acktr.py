@@ -114,7 +114,7 @@ class ACKTR(NaturalPolicyGradient):
     :param n_critic_updates: The number of critic steps (``"kfac"``), epochs (``"minibatch"``) or iterations
         (``"lbfgs"``) per update (0 disables the critic)
     :param critic_learning_rate: The learning rate of the critic's optimizer with ``critic_fit="minibatch"``, > 0
-    :param batch_size: Minibatch size of the critic's optimizer steps with ``critic_fit="minibatch"``
+    :param batch_size: Minibatch size of the critic's optimizer steps with ``critic_fit="minibatch"`` (NPG's and TRPO's default)
     :param normalize_value_targets: Whether the critic learns the returns in units of their running mean and
         standard deviation (PopArt's preserved outputs, https://arxiv.org/abs/1602.07714), as for NPG and TRPO
     :param distributed: Data-parallel training on ``torch.distributed`` (launch with ``torchrun``): every mean an
@@ -166,7 +166,7 @@ class ACKTR(NaturalPolicyGradient):
         critic_kfac_clip: float | None = None,
         n_critic_updates: int = 1,
         critic_learning_rate: float = 1e-3,
-        batch_size: int = 64,
+        batch_size: int = 128,
         normalize_value_targets: bool = False,
         distributed: bool = False,
         distributed_timeout: float = DEFAULT_TIMEOUT_SECONDS,
