@@ -163,12 +163,15 @@ class _Contender:
 
 def _options_for(algo: type[OnPolicyAlgorithm], config: dict[str, Any]) -> dict[str, Any]:
     """The configuration with the options ``algo`` takes: all for NPG and TRPO; for ACKTR and A2C those their
-    constructors name (ACKTR's critic learning rate is the configuration's ``learning_rate``)."""
+    constructors name (ACKTR's critic takes the configuration's ``learning_rate`` and TRPO's critic epochs)."""
     if algo not in FOREIGN_OPTIONS:
         return config
     hyperparams = dict(config["hyperparams"])
-    if algo is ACKTR and "learning_rate" in hyperparams:
-        hyperparams["critic_learning_rate"] = hyperparams.pop("learning_rate")
+    if algo is ACKTR:
+        # The configuration's critic is TRPO's: its epochs default to TRPO's, its learning rate is ACKTR's critic's.
+        hyperparams.setdefault("n_critic_updates", inspect.signature(TRPO).parameters["n_critic_updates"].default)
+        if "learning_rate" in hyperparams:
+            hyperparams["critic_learning_rate"] = hyperparams.pop("learning_rate")
     accepted = inspect.signature(algo).parameters
     return {**config, "hyperparams": {key: value for key, value in hyperparams.items() if key in accepted}}
 
