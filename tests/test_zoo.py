@@ -1,6 +1,7 @@
 """RL Zoo integration: registration, the command-line wrapper (train, enjoy, optimize) and the Optuna samplers."""
 
 import importlib.metadata
+import inspect
 import json
 import os
 import subprocess
@@ -216,7 +217,11 @@ def test_samplers_give_valid_constructor_arguments(algo, env_id, n_actions):
         # The converter the Zoo uses for a stored trial gives back the same arguments.
         assert hyperparams_opt.HYPERPARAMS_CONVERTER[algo](trial.params) == hyperparams
         # batch_size only matters to the minibatch critic fit, which warns when one batch is the whole rollout.
-        uneven = hyperparams["critic_fit"] == "minibatch" and hyperparams.get("batch_size", 64) > hyperparams["n_steps"]
+        default_batch_size = inspect.signature(ZOO_ALGOS[algo]).parameters["batch_size"].default
+        uneven = (
+            hyperparams["critic_fit"] == "minibatch"
+            and hyperparams.get("batch_size", default_batch_size) > hyperparams["n_steps"]
+        )
         with pytest.warns(UserWarning) if uneven else _no_warning():
             model = ZOO_ALGOS[algo]("MlpPolicy", env, device="cpu", **hyperparams)
         assert model.target_kl == hyperparams.get("target_kl", hyperparams.get("kfac_clip"))
