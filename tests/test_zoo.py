@@ -5,6 +5,7 @@ import inspect
 import json
 import os
 import subprocess
+import warnings
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -230,10 +231,18 @@ def test_samplers_give_valid_constructor_arguments(algo, env_id, n_actions):
 
 
 class _no_warning:
+    """The opposite of ``pytest.warns(UserWarning)`` for the batch-size warning: fails if the block gives one."""
+
     def __enter__(self):
+        self._catcher = warnings.catch_warnings(record=True)
+        self.records = self._catcher.__enter__()
+        warnings.simplefilter("always")
         return self
 
     def __exit__(self, *exc):
+        self._catcher.__exit__(*exc)
+        batch_warnings = [str(record.message) for record in self.records if "batch_size" in str(record.message)]
+        assert not batch_warnings, batch_warnings
         return False
 
 
