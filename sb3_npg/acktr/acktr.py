@@ -114,7 +114,8 @@ class ACKTR(NaturalPolicyGradient):
     :param n_critic_updates: The number of critic steps (``"kfac"``), epochs (``"minibatch"``) or iterations
         (``"lbfgs"``) per update (0 disables the critic)
     :param critic_learning_rate: The learning rate of the critic's optimizer with ``critic_fit="minibatch"``, > 0
-    :param batch_size: Minibatch size of the critic's optimizer steps with ``critic_fit="minibatch"`` (NPG's and TRPO's default)
+    :param batch_size: Minibatch size of the critic's optimizer steps with ``critic_fit="minibatch"`` (NPG's and
+        TRPO's default)
     :param normalize_value_targets: Whether the critic learns the returns in units of their running mean and
         standard deviation (PopArt's preserved outputs, https://arxiv.org/abs/1602.07714), as for NPG and TRPO
     :param distributed: Data-parallel training on ``torch.distributed`` (launch with ``torchrun``): every mean an
