@@ -145,18 +145,35 @@ def test_cnn_layers_are_kronecker_factored_not_refused():
     assert len(convolutions) == 3 and not model._actor_plan.blocks
 
 
+def _value_loss(model) -> float:
+    """The critic's mean squared error on the rollout's returns (the observations flattened over environments)."""
+    buffer = model.rollout_buffer
+    observations = torch.as_tensor(buffer.observations.reshape(-1, *buffer.obs_shape))
+    with torch.no_grad():
+        values = model.policy.predict_values(observations).flatten()
+    return float(torch.nn.functional.mse_loss(values, torch.as_tensor(buffer.returns.flatten())))
+
+
+class ValueLossBeforeTheUpdate(BaseCallback):
+    """The critic's loss on the rollout just collected, with the parameters ``train()`` starts from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.losses.append(_value_loss(self.model))
+
+
 @pytest.mark.parametrize("critic_fit", ["kfac", "minibatch", "lbfgs"])
 def test_every_critic_fit_lowers_the_value_loss(critic_fit):
     model = ACKTR("MlpPolicy", "Pendulum-v1", critic_fit=critic_fit, n_critic_updates=5, normalize_advantage=True, **TINY)
-    model.learn(TINY["n_steps"])
-    observations = torch.as_tensor(model.rollout_buffer.observations.reshape(-1, 3))
-    returns = torch.as_tensor(model.rollout_buffer.returns.flatten())
-    with torch.no_grad():
-        fitted = float(torch.nn.functional.mse_loss(model.policy.predict_values(observations).flatten(), returns))
-    fresh = ACKTR("MlpPolicy", "Pendulum-v1", **TINY)
-    with torch.no_grad():
-        untouched = float(torch.nn.functional.mse_loss(fresh.policy.predict_values(observations).flatten(), returns))
-    assert fitted < untouched
+    before = ValueLossBeforeTheUpdate()
+    model.learn(TINY["n_steps"], callback=before)
+    assert _value_loss(model) < before.losses[-1]
     assert model.logger.name_to_value["train/learning_rate"] == 0.25
     if critic_fit == "minibatch":
         assert model.policy.optimizer.param_groups[0]["lr"] == model.critic_learning_rate
