@@ -53,6 +53,7 @@ from sb3_npg.common.natural_step import (
     surrogate_and_kl,
 )
 from sb3_npg.common.kfac_policy import KfacPlan
+from sb3_npg.common.kl_convention import kl_components, scaled
 from sb3_npg.common.solvers import CG_EVENTS, ConjugateGradientSolver, FisherSolver, KroneckerFactoredSolver, kfac_inverse
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import scheduled_value
@@ -74,6 +75,7 @@ class ActorUpdate(BaseAlgorithm):
     cg_max_steps: int
     cg_residual_tol: float
     cg_damping: float
+    kl_per_action_dimension: bool
     fisher: str
     fisher_solver: str
     _kfac_plan: KfacPlan
@@ -94,9 +96,21 @@ class ActorUpdate(BaseAlgorithm):
         return sum(self.event_counts.get(event, 0) for event in REFUSED_STEP_EVENTS)
 
     @property
+    def kl_scale(self) -> int:
+        """What ``target_kl`` and ``cg_damping`` are multiplied by in use: with ``kl_per_action_dimension``, the number
+        of per-dimension KLs of the action space (:func:`~sb3_npg.common.kl_convention.kl_components`), else 1."""
+        return kl_components(self.action_space) if self.kl_per_action_dimension else 1
+
+    @property
+    def damping(self) -> float:
+        """The Tikhonov damping of the Fisher in use: ``cg_damping`` times :attr:`kl_scale`."""
+        return self.kl_scale * self.cg_damping
+
+    @property
     def target_kl_schedule(self) -> Schedule:
-        """``target_kl`` as a function of the remaining progress (SB3's ``FloatSchedule``: a float is a constant)."""
-        return FloatSchedule(self.target_kl)
+        """The KL radius in use as a function of the remaining progress: ``target_kl`` (SB3's ``FloatSchedule``: a
+        float is a constant) times :attr:`kl_scale`."""
+        return scaled(FloatSchedule(self.target_kl), self.kl_scale)
 
     @property
     def solver(self) -> FisherSolver:
@@ -111,7 +125,7 @@ class ActorUpdate(BaseAlgorithm):
     def _kfac_inverse(self, observations: Observations) -> MatVec:
         """K-FAC's inverse of the damped Fisher of the actor on ``observations`` (at the parameters in place)."""
         mean = partial(self._reducer.mean, weight=len(first_tensor(observations)))
-        return kfac_inverse(self.policy, self._kfac_plan, self.cg_damping, self._kfac_generator, mean, observations)
+        return kfac_inverse(self.policy, self._kfac_plan, self.damping, self._kfac_generator, mean, observations)
 
     def current_target_kl(self) -> float:
         """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, > 0 and finite."""
@@ -220,9 +234,9 @@ class ActorUpdate(BaseAlgorithm):
             if self.fisher == "autograd":
                 frozen = frozen_copy(self.policy, observations, distribution)
         if self.fisher == "analytic":
-            product = analytic_fisher_product(distribution, self._actor_params, self.cg_damping)
+            product = analytic_fisher_product(distribution, self._actor_params, self.damping)
         else:
-            product = fisher_vector_product(mean_kl(frozen, distribution), self._actor_params, self.cg_damping)
+            product = fisher_vector_product(mean_kl(frozen, distribution), self._actor_params, self.damping)
         return self._reducer.averaged(product, len(first_tensor(observations)))
 
     def _fisher_observations(self, batch: PolicyBatch) -> Observations:

@@ -168,6 +168,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         *,
         max_grad_norm: float | None = 0.5,
         cg_residual_tol: float = 1e-10,
+        kl_per_action_dimension: bool = False,
         policy_batch_size: int | None = None,
         fisher: str = "analytic",
         fisher_solver: str = "cg",
@@ -210,6 +211,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         self.normalize_advantage = normalize_advantage
         # Conjugate gradient and its Fisher-vector products.
         self.cg_max_steps, self.cg_damping, self.cg_residual_tol = cg_max_steps, cg_damping, cg_residual_tol
+        self.kl_per_action_dimension = kl_per_action_dimension
         self.fisher, self.fisher_solver, self.fisher_sub_sampling_factor = fisher, fisher_solver, fisher_sub_sampling_factor
         # The critic's fit.
         self.critic_fit, self.n_critic_updates, self.batch_size = critic_fit, n_critic_updates, batch_size
@@ -241,6 +243,7 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
             "cg_max_steps": POSITIVE_INT,
             "cg_damping": NON_NEGATIVE,
             "cg_residual_tol": NON_NEGATIVE,
+            "kl_per_action_dimension": check_bool,
             "n_critic_updates": NON_NEGATIVE_INT,
             "target_kl": check_positive_or_schedule,
             "sub_sampling_factor": POSITIVE_INT,

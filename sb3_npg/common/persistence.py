@@ -16,16 +16,16 @@ import pathlib
 import zipfile
 import inspect
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-from gymnasium import spaces
 
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv
 
+# ScaledSchedule stays importable here: models converted from sb3-contrib files pickle it under this module's name.
+from sb3_npg.common.kl_convention import ScaledSchedule, kl_components, scaled  # noqa: F401
 from sb3_npg.version import __version__
 
 #: The attribute (saved in ``data``) holding the format record.
@@ -283,41 +283,6 @@ class RecordedFormat(BaseAlgorithm):
         """Restore the state that is not saved with the model (nothing by default)."""
 
 
-def kl_components(action_space: spaces.Space) -> int:
-    """
-    How many per-dimension KLs sb3-contrib averages where we sum them: the dimensions of a Box, the bits of a
-    MultiBinary (SB3's ``kl_divergence`` returns one value per dimension there, and sb3-contrib takes their mean).
-    SB3's ``kl_divergence`` already sums a MultiDiscrete action's sub-actions into one KL per sample, so there, as for
-    Discrete actions, sb3-contrib's KL equals ours: 1.
-    """
-    if isinstance(action_space, spaces.Box | spaces.MultiBinary):
-        return int(np.prod(action_space.shape))
-    return 1
-
-
-class ScaledSchedule:
-    """
-    A schedule of the remaining progress multiplied by a constant (a class, so that a model holding one saves).
-
-    :param schedule: the schedule to scale
-    :param scale: the factor
-    """
-
-    def __init__(self, schedule: Callable[[float], float], scale: float):
-        self.schedule, self.scale = schedule, scale
-
-    def __call__(self, progress_remaining: float) -> float:
-        return self.scale * self.schedule(progress_remaining)
-
-    def __repr__(self) -> str:
-        return f"ScaledSchedule({self.schedule!r}, scale={self.scale:g})"
-
-
-def _scaled(value: Any, scale: int) -> Any:
-    """``scale * value`` for a number; a :class:`ScaledSchedule` for a schedule."""
-    return ScaledSchedule(value, scale) if callable(value) else scale * value
-
-
 def _shown(value: Any) -> str:
     """A number in short form (``0.01``), a schedule by its ``repr``."""
     return repr(value) if callable(value) else f"{value:g}"
@@ -335,7 +300,7 @@ def convert_sb3_contrib_trpo(model: BaseAlgorithm, path: PathLike) -> None:
     """
     scale = kl_components(model.action_space)
     old_target, old_damping = model.target_kl, model.cg_damping  # type: ignore[attr-defined]
-    new_target, new_damping = _scaled(old_target, scale), scale * old_damping
+    new_target, new_damping = scaled(old_target, scale), scale * old_damping
     model.target_kl, model.cg_damping = new_target, new_damping  # type: ignore[attr-defined]
     if scale > 1:
         region = (

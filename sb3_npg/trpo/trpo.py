@@ -85,6 +85,11 @@ class TRPO(NaturalPolicyGradient):
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
     :param cg_residual_tol: Conjugate gradient stops once ``||g - F s||^2 <= cg_residual_tol * ||g||^2``: relative
         to the gradient, so the solve does not depend on the reward scale, >= 0
+    :param kl_per_action_dimension: ``target_kl`` and ``cg_damping`` are per action dimension, sb3-contrib's
+        convention (its KL is the mean over the dimensions of a Box or the bits of a MultiBinary): the model uses both
+        multiplied by that number (1 for Discrete and MultiDiscrete actions), the same trust region and the same
+        conjugate-gradient problem as sb3-contrib's for the same values, so one setting carries across action spaces
+        (``train/target_kl`` logs the radius in use)
     :param policy_batch_size: ``None``: one natural step on the whole rollout (as sb3-contrib). An int: one
         natural step per shuffled minibatch of that size, each from the parameters the previous one left, its ratio
         taken against the behaviour policy (the rollout's log-probabilities). TRPO's line search keeps every accepted
@@ -173,6 +178,7 @@ class TRPO(NaturalPolicyGradient):
         *,
         max_grad_norm: float | None = 0.5,
         cg_residual_tol: float = 1e-10,
+        kl_per_action_dimension: bool = False,
         policy_batch_size: int | None = None,
         fisher: str = "analytic",
         fisher_solver: str = "cg",
@@ -213,6 +219,7 @@ class TRPO(NaturalPolicyGradient):
             device=device,
             max_grad_norm=max_grad_norm,
             cg_residual_tol=cg_residual_tol,
+            kl_per_action_dimension=kl_per_action_dimension,
             policy_batch_size=policy_batch_size,
             fisher=fisher,
             fisher_solver=fisher_solver,
