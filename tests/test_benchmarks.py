@@ -382,3 +382,31 @@ def test_a_mujoco_task_a_zoo_file_does_not_list_gets_its_mujoco_defaults(tmp_pat
     conf.write_text("Ant-v4:\n  policy: MlpPolicy\n", encoding="utf-8")  # no anchor: no fallback
     with pytest.raises(ValueError, match="no hyperparameters for Reacher-v5"):
         hyperparams_entry(conf, "Reacher-v5")
+
+
+def test_a_candidate_record_holds_its_changes_seeds_mean_and_decision(tmp_path):
+    from benchmarks.candidates import all_candidates, candidates_page
+
+    shipped = hyperparams_entry(hyperparams_path("npg_trpo"), "Hopper-v5")
+    settings = {**shipped, "target_kl": 0.1}
+    settings.pop("critic_fit")
+    folder = tmp_path / "hopper_wide"
+    folder.mkdir()
+    cell = {"algo": "npg_trpo", "env_id": "Hopper-v5", "timesteps": 1000, "hyperparams": settings}
+    runs = [{**cell, "seed": seed, "final_return": value} for seed, value in ((101, 30.0), (100, 10.0))]
+    (folder / "runs.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs), encoding="utf-8")
+    (record,) = all_candidates(tmp_path, {"hopper_wide": {"decision": "lost", "why": "too wide"}})
+    assert record.changes == "critic_fit dropped, target_kl=0.1"
+    assert list(record.finals) == [100, 101] and record.mean == 20.0
+    page = candidates_page([record])
+    assert "## npg_trpo, Hopper-v5" in page
+    row = "| hopper_wide | 1,000 | critic_fit dropped, target_kl=0.1 | 100: 10.0 / 101: 30.0 | 20.0 | lost: too wide |"
+    assert row in page
+
+
+def test_every_decision_names_a_candidate_folder():
+    from benchmarks.candidates import read_decisions
+
+    decisions = read_decisions(REPOSITORY / "benchmarks" / "zoo_candidates" / "decisions.yml")
+    folders = {path.name for path in (REPOSITORY / "benchmarks" / "results" / "compare_candidates").iterdir()}
+    assert decisions and set(decisions) <= folders
