@@ -410,3 +410,5 @@ def test_every_decision_names_a_candidate_folder():
     decisions = read_decisions(REPOSITORY / "benchmarks" / "zoo_candidates" / "decisions.yml")
     folders = {path.name for path in (REPOSITORY / "benchmarks" / "results" / "compare_candidates").iterdir()}
     assert decisions and set(decisions) <= folders
+    assert {entry["decision"] for entry in decisions.values()} <= {"shipped", "lost", "tied", "superseded", "reference"}
+    assert all(entry["why"] != "-" for entry in decisions.values())
