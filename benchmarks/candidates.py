@@ -32,9 +32,11 @@ PAGE_INTRO = (
     "`python -m benchmarks.candidates benchmarks/results/compare_candidates --decisions "
     "benchmarks/zoo_candidates/decisions.yml --out docs/candidates.md`. Each row is one candidate (a folder of "
     "`benchmarks/results/compare_candidates`): the settings it changed against the entry shipped now, each tuning "
-    "seed's final return, their mean, and the decision taken on it (`benchmarks/zoo_candidates/decisions.yml`; `-` "
-    "where none is recorded yet)."
+    "seed's final return with its best evaluation in brackets, the mean of the finals, and the decision taken on it "
+    "(`benchmarks/zoo_candidates/decisions.yml`; `-` where none is recorded yet)."
 )
+#: The columns of each table.
+HEADER = "| candidate | budget | settings (against the shipped entry) | seed: final return (best) | mean | decision |"
 #: Settings that only fix the budget, not the candidate.
 BUDGET_KEYS = frozenset({"n_timesteps"})
 
@@ -49,6 +51,7 @@ class Candidate:
     timesteps: int
     changes: str
     finals: dict[int, float]
+    bests: dict[int, float]
     decision: str
     why: str
 
@@ -91,6 +94,7 @@ def folder_candidates(folder: Path, decisions: dict[str, dict[str, str]]) -> lis
                 timesteps=timesteps,
                 changes=changes_from_shipped(runs[-1]["hyperparams"], _shipped(algo, env_id)),
                 finals={run["seed"]: run["final_return"] for run in sorted(runs, key=lambda run: run["seed"])},
+                bests={run["seed"]: max(value for _, value, _ in run["curve"]) for run in runs},
                 decision=decision["decision"],
                 why=decision["why"],
             )
@@ -113,10 +117,12 @@ def candidates_page(records: list[Candidate]) -> str:
             key=lambda record: (record.timesteps, -record.mean),
         )
         lines += ["", f"## {algo}, {env_id}", ""]
-        lines += ["| candidate | budget | settings (against the shipped entry) | final return per seed | mean | decision |"]
+        lines += [
+            "| candidate | budget | settings (against the shipped entry) | seed: final return (best) | mean | decision |"
+        ]
         lines += ["|---|---|---|---|---|---|"]
         for record in rows:
-            finals = " / ".join(f"{seed}: {value:.1f}" for seed, value in record.finals.items())
+            finals = " / ".join(f"{seed}: {value:.1f} ({record.bests[seed]:.1f})" for seed, value in record.finals.items())
             decision = record.decision if record.why == "-" else f"{record.decision}: {record.why}"
             lines.append(
                 f"| {record.name} | {record.timesteps:,} | {record.changes} | {finals} | {record.mean:.1f} | {decision} |"

@@ -393,14 +393,16 @@ def test_a_candidate_record_holds_its_changes_seeds_mean_and_decision(tmp_path):
     folder = tmp_path / "hopper_wide"
     folder.mkdir()
     cell = {"algo": "npg_trpo", "env_id": "Hopper-v5", "timesteps": 1000, "hyperparams": settings}
-    runs = [{**cell, "seed": seed, "final_return": value} for seed, value in ((101, 30.0), (100, 10.0))]
+    curve = [[500, 40.0, 0.0], [1000, 30.0, 0.0]]
+    runs = [{**cell, "seed": seed, "final_return": value, "curve": curve} for seed, value in ((101, 30.0), (100, 10.0))]
     (folder / "runs.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs), encoding="utf-8")
     (record,) = all_candidates(tmp_path, {"hopper_wide": {"decision": "lost", "why": "too wide"}})
     assert record.changes == "critic_fit dropped, target_kl=0.1"
     assert list(record.finals) == [100, 101] and record.mean == 20.0
     page = candidates_page([record])
     assert "## npg_trpo, Hopper-v5" in page
-    row = "| hopper_wide | 1,000 | critic_fit dropped, target_kl=0.1 | 100: 10.0 / 101: 30.0 | 20.0 | lost: too wide |"
+    finals = "100: 10.0 (40.0) / 101: 30.0 (40.0)"
+    row = f"| hopper_wide | 1,000 | critic_fit dropped, target_kl=0.1 | {finals} | 20.0 | lost: too wide |"
     assert row in page
 
 
