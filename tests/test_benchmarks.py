@@ -170,13 +170,13 @@ def test_shipped_zoo_comments_state_the_verified_runs_and_every_required_entry_r
 
 #: A MuJoCo entry chosen by screening: its changes, the seeds, each seed's final return, the folder of those runs.
 SCREENED_COMMENT = re.compile(
-    r"# screened(?: with npg_trpo)? \((?P<changes>.*)\) at 1M steps, seeds (?P<seeds>[\d/]+): "
+    r"# screened(?: with npg_trpo)? \((?P<changes>.*)\) at (?:1M|100k) steps, seeds (?P<seeds>[\d/]+): "
     r"(?P<finals>[-\d. /]+), mean (?P<mean>[-\d.]+) "
     r"\(.*; (?P<folder>benchmarks/results/compare_candidates/[\w.-]+)\)"
 )
 
 
-@pytest.mark.parametrize("algo", ["npg", "npg_trpo"])
+@pytest.mark.parametrize("algo", ["npg", "npg_trpo", "acktr"])
 def test_screened_zoo_entries_quote_the_runs_of_exactly_their_settings(algo):
     """The comment above each screened MuJoCo entry quotes the final returns of runs whose recorded settings are the
     entry's own, on the screening seeds (never the reported 0-9)."""
