@@ -180,7 +180,8 @@ def hyperparams_entry(conf: Path, env_id: str) -> dict[str, Any]:
     """
     The entry of ``env_id`` in a Zoo hyperparameter file: a ``-v5`` id falls back to its ``-v4`` entry, and a MuJoCo
     task the file does not list to the entry that defines the file's ``&mujoco-defaults`` anchor (the RL Zoo's files
-    have one; its n_timesteps is the task's budget only when ``--timesteps`` is not given).
+    have one; its n_timesteps is the task's budget only when ``--timesteps`` is not given), or, in a file without that
+    anchor (ours), to its ``default`` entry, as ``rl_zoo3`` itself does for a task without an entry.
 
     :raises ValueError: when the file has no entry for the environment
     """
@@ -188,8 +189,8 @@ def hyperparams_entry(conf: Path, env_id: str) -> dict[str, Any]:
     entries = yaml.safe_load(text)
     candidates = [env_id, env_id.replace("-v5", "-v4")]
     anchor = MUJOCO_DEFAULTS_ANCHOR.search(text)
-    if anchor is not None and is_mujoco(env_id):
-        candidates.append(anchor.group(1))
+    if is_mujoco(env_id):
+        candidates.append("default" if anchor is None else anchor.group(1))
     for candidate in candidates:
         if candidate in entries:
             return dict(entries[candidate])

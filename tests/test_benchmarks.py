@@ -379,9 +379,20 @@ def test_a_mujoco_task_a_zoo_file_does_not_list_gets_its_mujoco_defaults(tmp_pat
     assert hyperparams_entry(conf, "Swimmer-v5")["gamma"] == 0.9999  # a listed task keeps its own entry
     with pytest.raises(ValueError, match="no hyperparameters for CartPole-v1"):
         hyperparams_entry(conf, "CartPole-v1")
-    conf.write_text("Ant-v4:\n  policy: MlpPolicy\n", encoding="utf-8")  # no anchor: no fallback
+    conf.write_text("Ant-v4:\n  policy: MlpPolicy\n", encoding="utf-8")  # no anchor and no default: no fallback
     with pytest.raises(ValueError, match="no hyperparameters for Reacher-v5"):
         hyperparams_entry(conf, "Reacher-v5")
+    conf.write_text("default:\n  normalize: true\nAnt-v4:\n  policy: MlpPolicy\n", encoding="utf-8")  # ours: the default
+    assert hyperparams_entry(conf, "Reacher-v5") == {"normalize": True}
+    with pytest.raises(ValueError, match="no hyperparameters for CartPole-v1"):
+        hyperparams_entry(conf, "CartPole-v1")
+
+
+@pytest.mark.parametrize("algo", ["npg", "npg_trpo"])
+def test_a_new_mujoco_task_gets_our_default_entry_as_in_the_rl_zoo(algo):
+    """Our files have no ``&mujoco-defaults`` anchor, so the harness gives an unlisted task what ``rl_zoo3`` gives it."""
+    entries = yaml.safe_load(hyperparams_path(algo).read_text(encoding="utf-8"))
+    assert hyperparams_entry(hyperparams_path(algo), "Reacher-v5") == entries["default"]
 
 
 def test_a_candidate_record_holds_its_changes_seeds_mean_and_decision(tmp_path):
