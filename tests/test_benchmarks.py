@@ -425,3 +425,17 @@ def test_every_decision_names_a_candidate_folder():
     assert decisions and set(decisions) <= folders
     assert {entry["decision"] for entry in decisions.values()} <= {"shipped", "lost", "tied", "superseded", "reference"}
     assert all(entry["why"] != "-" for entry in decisions.values())
+
+
+def test_every_number_a_decision_quotes_is_one_of_the_candidates_runs():
+    """A reason's returns are typed by hand: each must be a final, best or mean that the runs give (or a setting)."""
+    from benchmarks.candidates import all_candidates, candidates_page, read_decisions
+
+    root = REPOSITORY / "benchmarks" / "results" / "compare_candidates"
+    number = re.compile(r"(?<![\d.])-?\d+\.\d(?!\d)")
+    measured = set(number.findall(candidates_page(all_candidates(root, {}))))  # the runs alone, no decision text
+    decisions = read_decisions(REPOSITORY / "benchmarks" / "zoo_candidates" / "decisions.yml")
+    quoted = {(name, value) for name, entry in decisions.items() for value in number.findall(entry["why"])}
+    assert quoted
+    missing = sorted((name, value) for name, value in quoted if value not in measured)
+    assert not missing, missing
