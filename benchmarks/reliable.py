@@ -84,17 +84,17 @@ def _interval_estimates(
 
 def iqm_intervals(scores: Mapping[str, np.ndarray]) -> dict[str, Interval]:
     """
-    The IQM of each algorithm's scores over runs and tasks, with its confidence interval.
+    The IQM of each algorithm's scores over runs and tasks, with its confidence interval. Each algorithm's bootstrap
+    is seeded on its own, so that its interval depends on its scores only: every table that shows a cell gives it the
+    same interval, whichever other algorithms it is computed beside.
 
     :param scores: algorithm -> ``(runs, tasks)`` scores (the same tasks for every algorithm)
     """
-    points, intervals = _interval_estimates(
-        scores,
-        lambda matrix: np.array([metrics.aggregate_iqm(matrix)]),
-    )
-    return {
-        algo: Interval(float(points[algo][0]), float(intervals[algo][0, 0]), float(intervals[algo][1, 0])) for algo in scores
-    }
+    intervals = {}
+    for algo, matrix in scores.items():
+        points, bounds = _interval_estimates({algo: matrix}, lambda m: np.array([metrics.aggregate_iqm(m)]))
+        intervals[algo] = Interval(float(points[algo][0]), float(bounds[algo][0, 0]), float(bounds[algo][1, 0]))
+    return intervals
 
 
 def iqm(values: Sequence[float]) -> float:

@@ -2,15 +2,16 @@
 
     .venv/bin/python -m benchmarks.report benchmarks/results/compare
 
-Writes ``DIR/results.md``: the final return (the last evaluation) as mean +- std over seeds, one row per environment
-and one column per algorithm, the best mean of each row in bold and the RL Zoo's published sb3-contrib TRPO result
-(the RL Zoo's benchmark table) in its own column; the same as interquartile means with 95% bootstrap confidence
+Writes ``DIR/results.md``: per task, each contender's IQM and which settings our TRPO ran (``benchmarks/suite.py``,
+contenders named as a reader names them), the MuJoCo suite's goals (our TRPO against sb3-contrib's, intervals and
+verdicts, collapses, published results) and the default entry's; the final return as mean +- std over seeds, with
+the RL Zoo's published sb3-contrib TRPO result; the same as interquartile means with 95% bootstrap confidence
 intervals, and across each group of tasks the IQM of normalized scores (``benchmarks/reliable.py``, with ``rliable``);
-the MuJoCo goals, met or not (:func:`goals_table`, and ACKTR's, :func:`acktr_goals_table`); then the cost of each run
-(wall time, steps per second, share of time in ``train()``) and each seed's result. Writes
-``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95% confidence band, one line per algorithm;
-``DIR/curves_<group>.png``: the curves of each group of tasks (``reliable.TASK_GROUPS``) side by side; and
-``DIR/profile_<group>.png``: the performance profile of each group of tasks that every algorithm shown ran.
+ACKTR's goals (:func:`acktr_goals_table`); then the cost of each run (wall time, steps per second, share of time in
+``train()``) and each seed's result. Writes ``DIR/<env id>.png``: the evaluation curves, IQM over seeds with a 95%
+confidence band, one line per algorithm; ``DIR/curves_<group>.png``: the curves of each group of tasks
+(``reliable.TASK_GROUPS``) side by side; ``DIR/profile_<group>.png``: the performance profile of each group of tasks
+that every algorithm shown ran; and ``DIR/normalized_MuJoCo.png``: every MuJoCo suite task's normalized IQMs.
 
 Only the runs of each cell's latest protocol are reported (budget, evaluation schedule and settings of the last run
 recorded for that algorithm and environment): runs of a superseded file or schedule stay in ``runs.jsonl`` as history.
@@ -31,22 +32,21 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from benchmarks import reliable
+from benchmarks import reliable, suite
 from benchmarks.common import (
     PUBLISHED_NOTES,
     PUBLISHED_TRPO,
     RESULT_PACKAGES,
     RUNS_FILE,
-    hyperparams_entry,
     read_jsonl,
     result_package_versions,
 )
 from benchmarks.random_scores import read_random_scores
-from sb3_npg.zoo import hyperparams_path
+from benchmarks.suite import label
 
 RESULTS_FILE = "results.md"
-#: The order of the columns; algorithms not listed follow in name order.
-ALGO_ORDER = ("npg", "npg_trpo", "acktr", "trpo", "ppo", "a2c")
+#: The figure of every MuJoCo suite task's normalized scores (the README's).
+NORMALIZED_FIGURE = "normalized_MuJoCo.png"
 BAND_ALPHA = 0.2
 #: Cycled over the algorithms, so that identical curves (NPG and TRPO when every full step is accepted) stay visible.
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -57,8 +57,7 @@ GRID_COLUMNS = 2
 
 
 def _algos(runs: list[dict[str, Any]]) -> list[str]:
-    names = {run["algo"] for run in runs}
-    return [a for a in ALGO_ORDER if a in names] + sorted(names - set(ALGO_ORDER))
+    return suite.contenders(runs)
 
 
 def _by(runs: list[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
@@ -84,7 +83,7 @@ def returns_table(runs: list[dict[str, Any]]) -> str:
     algos = _algos(runs)
     groups = _by(runs, "env_id", "algo")
     lines = [
-        "| environment | budget | " + " | ".join(algos) + " | RL Zoo TRPO (published) |",
+        "| environment | budget | " + " | ".join(map(label, algos)) + " | RL Zoo TRPO (published) |",
         "|---|---|" + "---|" * len(algos) + "---|",
     ]
     for env_id in sorted({run["env_id"] for run in runs}):
@@ -120,7 +119,7 @@ def cost_table(runs: list[dict[str, Any]]) -> str:
             collect = statistics.mean(r["time_collect_rollouts"] for r in rows)
             train = statistics.mean(r["time_train"] for r in rows)
             lines.append(
-                f"| {env_id} | {algo} | {len(rows)} | {statistics.mean(r['wall_time'] for r in rows):.1f} | "
+                f"| {env_id} | {label(algo)} | {len(rows)} | {statistics.mean(r['wall_time'] for r in rows):.1f} | "
                 f"{statistics.mean(r['steps_per_second'] for r in rows):,.0f} | {collect:.1f} | {train:.1f} | "
                 f"{statistics.mean(r['time_evaluation'] for r in rows):.1f} | {train / (collect + train):.0%} |"
             )
@@ -137,7 +136,7 @@ def seeds_table(runs: list[dict[str, Any]]) -> str:
             if rows:
                 finals = ", ".join(f"{row['seed']}: {row['final_return']:.1f}" for row in rows)
                 bests = ", ".join(f"{max(value for _, value, _ in row['curve']):.1f}" for row in rows)
-                lines.append(f"| {env_id} | {algo} | {finals} | {bests} |")
+                lines.append(f"| {env_id} | {label(algo)} | {finals} | {bests} |")
     return "\n".join(lines)
 
 
@@ -180,7 +179,7 @@ def iqm_table(runs: list[dict[str, Any]]) -> str:
     """Final return: IQM over seeds with its 95% bootstrap confidence interval, per environment and algorithm."""
     algos = _algos(runs)
     groups = _by(runs, "env_id", "algo")
-    lines = ["| environment | " + " | ".join(algos) + " |", "|---|" + "---|" * len(algos)]
+    lines = ["| environment | " + " | ".join(map(label, algos)) + " |", "|---|" + "---|" * len(algos)]
     for env_id in sorted({run["env_id"] for run in runs}):
         scores = {a: np.array([[r["final_return"]] for r in groups[(env_id, a)]]) for a in algos if (env_id, a) in groups}
         intervals = reliable.iqm_intervals(scores)
@@ -203,50 +202,17 @@ def aggregate_table(runs: list[dict[str, Any]]) -> str:
     for group, tasks in reliable.TASK_GROUPS.items():
         scores = _group_scores(runs, tasks)
         for algo, interval in reliable.iqm_intervals(scores).items() if scores else []:
-            lines.append(f"| {group} ({', '.join(tasks)}) | {algo} | {len(scores[algo])} | {interval.point:.2f} "
+            lines.append(f"| {group} ({', '.join(tasks)}) | {label(algo)} | {len(scores[algo])} | {interval.point:.2f} "
                          f"[{interval.low:.2f}, {interval.high:.2f}] |")  # fmt: skip
     return "\n".join(lines)
 
 
-#: HalfCheetah's goal: a bar above the RL Zoo's published 1785, which our runs and sb3-contrib's already pass.
-HALFCHEETAH_GOAL = 4500.0
-#: The MuJoCo goals: the mean final return our TRPO must reach per task, the RL Zoo's published TRPO result
-#: (``PUBLISHED_TRPO``, measured on v3) but on HalfCheetah.
-MEAN_GOALS = {task: PUBLISHED_TRPO[task] for task in reliable.TASK_GROUPS["MuJoCo"]} | {"HalfCheetah-v5": HALFCHEETAH_GOAL}
-#: The algorithm held to every goal, the one held to the IQM goal on most tasks, and the one both are measured against.
-GOAL_ALGO, SECOND_ALGO, REFERENCE_ALGO = "npg_trpo", "npg", "trpo"
-#: On how many of the goal tasks ``SECOND_ALGO`` must reach ``REFERENCE_ALGO``'s IQM.
-SECOND_ALGO_TASKS = 3
-#: sb3-contrib's TRPO settings from the RL Zoo, translated to our KL: what a goal met with other settings is marked against.
-SB3_CONTRIB_SETTINGS = hyperparams_path(GOAL_ALGO, sb3_contrib_settings=True)
-#: Settings that only record the run, not how it learns: left out when a run's settings are compared with sb3-contrib's.
-BOOKKEEPING_SETTINGS = ("n_timesteps",)
+#: The algorithm ACKTR is held against besides its references, and the tasks of its goals (the tuned MuJoCo tasks).
+GOAL_ALGO, ACKTR_TASKS = suite.OURS, suite.TUNED_TASKS
 
 
 def _iqm(runs: list[dict[str, Any]]) -> float:
     return reliable.iqm([run["final_return"] for run in runs])
-
-
-def collapsed_seeds(runs: list[dict[str, Any]]) -> list[int]:
-    """The seeds whose final return is below their first evaluation (the goal: none collapses below its start)."""
-    return [run["seed"] for run in runs if run["curve"] and run["final_return"] < run["curve"][0][1]]
-
-
-def goal_reach(runs: list[dict[str, Any]], every_run: list[dict[str, Any]], goal: float) -> str:
-    """How many final returns of ``runs`` reach ``goal``, against those of ``every_run`` (every algorithm on the task)
-    and the best of them: how far a mean goal is from what any seed reached."""
-    reaching = sum(run["final_return"] >= goal for run in runs)
-    best = max(run["final_return"] for run in every_run)
-    reaching_any = sum(run["final_return"] >= goal for run in every_run)
-    return f"{reaching} / {len(runs)}; any algorithm: {reaching_any} / {len(every_run)}, best {best:.1f}"
-
-
-def settings_changes(run: dict[str, Any], reference: Path) -> list[str]:
-    """The settings of ``run`` that differ from the entry of its environment in ``reference`` (sorted names)."""
-    entry = hyperparams_entry(reference, run["env_id"])
-    settings = run.get("hyperparams") or {}
-    names = (set(entry) | set(settings)) - set(BOOKKEEPING_SETTINGS)
-    return sorted(name for name in names if entry.get(name) != settings.get(name))
 
 
 def _verdict(value: float, goal: float) -> str:
@@ -268,46 +234,8 @@ def _iqm_cell(runs: list[dict[str, Any]], reference: list[dict[str, Any]]) -> tu
     return f"{_verdict(value, goal)} ({len(runs)} / {len(reference)} seeds)", value >= goal
 
 
-def goals_table(runs: list[dict[str, Any]], reference: Path = SB3_CONTRIB_SETTINGS) -> str:
-    """
-    Per MuJoCo goal task with runs of :data:`GOAL_ALGO` and :data:`REFERENCE_ALGO`: its IQM against the reference's,
-    its mean against :data:`MEAN_GOALS`, how many of its final returns (and of every algorithm's) reach that goal,
-    the seeds that collapsed, the settings that differ from sb3-contrib's
-    (``reference``, translated to our KL); :data:`SECOND_ALGO`'s IQM against the reference's, and on how many tasks.
-    """
-    groups = _by(runs, "env_id", "algo")
-    lines = [
-        f"| task | {GOAL_ALGO} IQM vs {REFERENCE_ALGO} IQM | {GOAL_ALGO} mean vs goal | {GOAL_ALGO} final returns at "
-        f"or above the goal | seeds below their first evaluation | {GOAL_ALGO} settings vs sb3-contrib's | "
-        f"{SECOND_ALGO} IQM vs {REFERENCE_ALGO} IQM |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    second_met = 0
-    for env_id, goal in MEAN_GOALS.items():
-        ours, theirs = groups.get((env_id, GOAL_ALGO)), groups.get((env_id, REFERENCE_ALGO))
-        if not ours or not theirs:
-            continue
-        collapsed = ", ".join(str(seed) for seed in collapsed_seeds(ours)) or "none"
-        changes = sorted({name for run in ours for name in settings_changes(run, reference)})
-        settings = f"differ: {', '.join(changes)}" if changes else "the same"
-        second_cell, second_reaches = (
-            _iqm_cell(groups[(env_id, SECOND_ALGO)], theirs) if (env_id, SECOND_ALGO) in groups else ("-", False)
-        )
-        second_met += second_reaches
-        lines.append(
-            f"| {env_id} | {_iqm_cell(ours, theirs)[0]} | "
-            f"{_verdict(statistics.mean(r['final_return'] for r in ours), goal)} | "
-            f"{goal_reach(ours, [run for (env, _), group in groups.items() if env == env_id for run in group], goal)} | "
-            f"{collapsed} | {settings} | "
-            f"{second_cell} |"
-        )
-    lines.append(f"\n{SECOND_ALGO} reaches {REFERENCE_ALGO}'s IQM on {second_met} of the tasks above "
-                 f"(goal: {SECOND_ALGO_TASKS} of {len(MEAN_GOALS)}).")  # fmt: skip
-    return "\n".join(lines)
-
-
 #: ACKTR's goals (issue 36): its IQM at or above each reference's IQM on at least that many of the MuJoCo goal tasks.
-ACKTR_GOALS = {"trpo": 3, "a2c": len(MEAN_GOALS)}
+ACKTR_GOALS = {"trpo": 3, "a2c": len(ACKTR_TASKS)}
 
 
 def acktr_goals_table(runs: list[dict[str, Any]]) -> str:
@@ -320,7 +248,7 @@ def acktr_goals_table(runs: list[dict[str, Any]]) -> str:
         "|---|" + "---|" * len(references),
     ]
     reached = dict.fromkeys(ACKTR_GOALS, 0)
-    for env_id in MEAN_GOALS:
+    for env_id in ACKTR_TASKS:
         ours = groups.get((env_id, "acktr"))
         if not ours:
             continue
@@ -333,7 +261,7 @@ def acktr_goals_table(runs: list[dict[str, Any]]) -> str:
         lines.append(f"| {env_id} | " + " | ".join(cells) + " |")
     for algo, needed in ACKTR_GOALS.items():
         lines.append(
-            f"\nacktr reaches {algo}'s IQM on {reached[algo]} of the tasks above (goal: {needed} of {len(MEAN_GOALS)})."
+            f"\nacktr reaches {algo}'s IQM on {reached[algo]} of the tasks above (goal: {needed} of {len(ACKTR_TASKS)})."
         )
     return "\n".join(lines)
 
@@ -349,7 +277,7 @@ def plot_profiles(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
         figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
         for index, algo in enumerate(scores):
             style = LINE_STYLES[index % len(LINE_STYLES)]
-            axes.plot(taus, fractions[algo], style, label=f"{algo} ({len(scores[algo])} seeds)")
+            axes.plot(taus, fractions[algo], style, label=f"{label(algo)} ({len(scores[algo])} seeds)")
             axes.fill_between(taus, bands[algo][0], bands[algo][1], alpha=BAND_ALPHA)
         axes.set_title(f"Performance profile, {group}")
         axes.set_xlabel("normalized final return tau (0: random policy, 1: RL Zoo TRPO published)")
@@ -376,7 +304,7 @@ def _draw_env(axes: Any, env_id: str, runs: list[dict[str, Any]]) -> None:
         rows = groups[(algo,)]
         steps, curves = common_curves(rows)
         iqm, low, high = reliable.iqm_curve(curves)
-        axes.plot(steps, iqm, LINE_STYLES[index % len(LINE_STYLES)], label=f"{algo} ({len(rows)} seeds)")
+        axes.plot(steps, iqm, LINE_STYLES[index % len(LINE_STYLES)], label=f"{label(algo)} ({len(rows)} seeds)")
         axes.fill_between(steps, low, high, alpha=BAND_ALPHA)
     if env_id in PUBLISHED_TRPO:
         axes.axhline(PUBLISHED_TRPO[env_id], color="gray", linestyle="--", linewidth=1, label="RL Zoo TRPO (published)")
@@ -419,46 +347,63 @@ def plot_group_curves(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
     return paths
 
 
+def report_tables(runs: list[dict[str, Any]], every_run: list[dict[str, Any]]) -> dict[str, str]:
+    """Each table by its marker name: ``runs`` are each cell's current runs, ``every_run`` all of them (the default's
+    runs stay the default's even where a task's cell has moved on to a tuned entry)."""
+    return {
+        "SUMMARY": suite.summary_table(runs),
+        "SUITE": suite.suite_table(runs),
+        "DEFAULT": suite.default_table(every_run),
+        "RETURNS": returns_table(runs),
+        "IQM": iqm_table(runs),
+        "AGGREGATE": aggregate_table(runs),
+        "ACKTR_GOALS": acktr_goals_table(runs),
+        "COST": cost_table(runs),
+        "SEEDS": seeds_table(runs),
+    }
+
+
+#: The sections of ``results.md``: a title per table of :func:`report_tables`.
+SECTIONS = {
+    "SUMMARY": "Final return, IQM over seeds (seeds), and which settings our TRPO ran",
+    "SUITE": "The MuJoCo suite: our TRPO against sb3-contrib's",
+    "DEFAULT": "The default entry alone on the new tasks",
+    "RETURNS": "Final return (last evaluation), mean +- std over seeds (number of seeds)",
+    "IQM": "Final return, IQM over seeds [95% stratified bootstrap CI] (seeds)",
+    "AGGREGATE": "Across tasks: normalized final return (0: random policy, 1: RL Zoo TRPO published)",
+    "ACKTR_GOALS": "ACKTR's goals",
+    "COST": "Cost per run (means over seeds)",
+    "SEEDS": "Per seed (seed: final return; best evaluation in the same order)",
+}
+
+
 def write_report(folder: Path) -> Path:
-    """``results.md`` and one PNG per environment from ``folder/runs.jsonl``; returns the markdown file."""
-    runs = current_runs(read_jsonl(folder / RUNS_FILE))
+    """``results.md`` and the figures from ``folder/runs.jsonl``; returns the markdown file."""
+    every_run = read_jsonl(folder / RUNS_FILE)
+    runs = current_runs(every_run)
     if not runs:
         raise ValueError(f"no runs in {folder / RUNS_FILE}: run python -m benchmarks.compare --out {folder} first")
     for env_id, rows in _by(runs, "env_id").items():
         plot_env(env_id[0], rows, folder / f"{env_id[0]}.png")
     plot_group_curves(runs, folder)
     plot_profiles(runs, folder)
+    suite.plot_normalized(runs, folder / NORMALIZED_FIGURE)
+    tables = report_tables(runs, every_run)
+    sections = [f"# {title}\n\n{tables[name]}\n" for name, title in SECTIONS.items()]
+    sections.append(f"# Package versions the runs used\n\n{versions_table(runs)}\n")
     report = folder / RESULTS_FILE
-    report.write_text(
-        "# Final return (last evaluation), mean +- std over seeds (number of seeds)\n\n"
-        f"{returns_table(runs)}\n\n# Final return, IQM over seeds [95% stratified bootstrap CI] (seeds)\n\n"
-        f"{iqm_table(runs)}\n\n# Across tasks: normalized final return (0: random policy, 1: RL Zoo TRPO published)\n\n"
-        f"{aggregate_table(runs)}\n\n# MuJoCo goals\n\n{goals_table(runs)}\n\n"
-        f"# ACKTR's goals\n\n{acktr_goals_table(runs)}\n\n"
-        f"# Cost per run (means over seeds)\n\n{cost_table(runs)}\n\n"
-        f"# Per seed (seed: final return; best evaluation in the same order)\n\n{seeds_table(runs)}\n\n"
-        f"# Package versions the runs used\n\n{versions_table(runs)}\n",
-        encoding="utf-8",
-    )
+    report.write_text("\n".join(sections), encoding="utf-8")
     return report
 
 
 def update_docs(paths: list[Path], folder: Path) -> None:
     """
-    Replace the tables between ``<!-- compare:RETURNS -->`` / ``<!-- /compare:RETURNS -->`` (and the same for
-    ``IQM``, ``AGGREGATE``, ``GOALS``, ``COST`` and ``SEEDS``) in each markdown file by the tables of ``folder``'s runs; a file
-    without a marker pair is left as is.
+    Replace the table between ``<!-- compare:NAME -->`` and ``<!-- /compare:NAME -->`` for each name of
+    :func:`report_tables` in each markdown file by the table of ``folder``'s runs; a file without a marker pair is left
+    as is.
     """
-    runs = current_runs(read_jsonl(folder / RUNS_FILE))
-    tables = {
-        "RETURNS": returns_table(runs),
-        "IQM": iqm_table(runs),
-        "AGGREGATE": aggregate_table(runs),
-        "GOALS": goals_table(runs),
-        "ACKTR_GOALS": acktr_goals_table(runs),
-        "COST": cost_table(runs),
-        "SEEDS": seeds_table(runs),
-    }
+    every_run = read_jsonl(folder / RUNS_FILE)
+    tables = report_tables(current_runs(every_run), every_run)
     for path in paths:
         text = path.read_text(encoding="utf-8")
         for name, table in tables.items():
