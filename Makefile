@@ -91,17 +91,23 @@ bench: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos $(BENCH_ALGOS) --envs $(BENCH_ENVS) --seeds $(BENCH_SEEDS) --workers 2 --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md --figures docs/_static
 
-# The MuJoCo protocol of benchmarks/README.md ("MuJoCo protocol"): 1M steps, an evaluation every 50k steps, seeds 0-9
-# for our TRPO and sb3-contrib's, 0-4 for NPG, 0-2 for PPO and A2C, in that order; resumes where it stopped.
+# The MuJoCo protocol of benchmarks/README.md ("The MuJoCo protocol"): 1M steps, an evaluation every 50k steps. On the
+# four tuned tasks seeds 0-9 for both TRPOs and ACKTR, 0-4 for NPG, 0-2 for PPO and A2C; on the five new tasks seeds 0-4
+# for both TRPOs, 0-2 for NPG and PPO; in that order, resuming where it stopped.
 MUJOCO_ENVS ?= HalfCheetah-v5,Hopper-v5,Walker2d-v5,Swimmer-v5
-MUJOCO_PROTOCOL = --envs $(MUJOCO_ENVS) --timesteps 1000000 --eval-freq 50000 --workers 2 --out $(BENCH_OUT)
+MUJOCO_NEW_ENVS ?= Ant-v5,Humanoid-v5,InvertedPendulum-v5,InvertedDoublePendulum-v5,Reacher-v5
+MUJOCO_SCHEDULE = --timesteps 1000000 --eval-freq 50000 --workers 2 --out $(BENCH_OUT)
+MUJOCO_PROTOCOL = --envs $(MUJOCO_ENVS) $(MUJOCO_SCHEDULE)
+MUJOCO_NEW_PROTOCOL = --envs $(MUJOCO_NEW_ENVS) $(MUJOCO_SCHEDULE)
 # The MuJoCo release the recorded matrix ran with (a fresh venv would take a newer one; compare warns on a mix).
 MUJOCO_SPEC ?= mujoco==4.0.0
 bench-mujoco: $(VENV)/.installed-all
 	$(BIN)/python -m pip install "$(MUJOCO_SPEC)"
-	$(BIN)/python -m benchmarks.compare --algos npg_trpo,trpo --seeds 0,1,2,3,4,5,6,7,8,9 $(MUJOCO_PROTOCOL)
+	$(BIN)/python -m benchmarks.compare --algos npg_trpo,trpo,acktr --seeds 0,1,2,3,4,5,6,7,8,9 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos npg --seeds 0,1,2,3,4 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos ppo,a2c --seeds 0,1,2 $(MUJOCO_PROTOCOL)
+	$(BIN)/python -m benchmarks.compare --algos npg_trpo,trpo --seeds 0,1,2,3,4 $(MUJOCO_NEW_PROTOCOL)
+	$(BIN)/python -m benchmarks.compare --algos npg,ppo --seeds 0,1,2 $(MUJOCO_NEW_PROTOCOL)
 	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md --figures docs/_static
 
 # Learning check over 3 seeds: the "Does it learn?" table of docs/benchmarks.md comes from this file.

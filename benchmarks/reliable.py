@@ -37,6 +37,7 @@ PROFILE_POINTS = 101
 #: Tasks aggregated together: an algorithm enters a group's aggregate only with runs on all of its tasks.
 TASK_GROUPS: dict[str, tuple[str, ...]] = {
     "MuJoCo": ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Swimmer-v5"),
+    "new MuJoCo tasks": ("Ant-v5", "Humanoid-v5", "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5"),
     "classic control": ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"),
 }
 

@@ -40,7 +40,7 @@ CONTENDERS = {
 OURS, REFERENCE = "npg_trpo", "trpo"
 #: The tasks tuned on seeds 100+ (each has an entry of its own) and the tasks that run the ``default`` entry unchanged.
 TUNED_TASKS = reliable.TASK_GROUPS["MuJoCo"]
-NEW_TASKS = ("Ant-v5", "Humanoid-v5", "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5")
+NEW_TASKS = reliable.TASK_GROUPS["new MuJoCo tasks"]
 SUITE = (*TUNED_TASKS, *NEW_TASKS)
 #: On how many of :data:`NEW_TASKS` the default's IQM must be at or above sb3-contrib's.
 DEFAULT_GOAL_TASKS = 4
@@ -281,10 +281,41 @@ def plot_normalized(runs: list[dict[str, Any]], path: Path) -> Path | None:
     axes.axvline(1.0, color="gray", linestyle="--", linewidth=1)
     axes.set_yticks(range(len(names)), names)
     axes.invert_yaxis()
-    axes.set_xlabel(f"IQM of normalized final return, 95% CI (0: random policy, 1: {label(REFERENCE)}'s IQM)")
+    axes.set_xlabel(f"IQM of normalized final return, 95% CI\n(0: a random policy, 1: {label(REFERENCE)}'s IQM on the task)")
     axes.set_title("MuJoCo at 1M steps")
     axes.legend(loc="lower right", fontsize="small")
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+#: The task every other task's cost is told against (the one the protocol's other budgets are known by).
+COST_UNIT_TASK = "HalfCheetah-v5"
+SECONDS_PER_MINUTE = 60.0
+
+
+def task_cost_table(runs: list[dict[str, Any]]) -> str:
+    """Per suite task, the mean wall time of a 1M-step run of each TRPO in minutes (evaluations included; two runs
+    shared the two cores) and sb3-contrib's against its :data:`COST_UNIT_TASK` run: what a task costs in the protocol."""
+    groups = cells(runs)
+
+    def minutes(env_id: str, algo: str) -> float | None:
+        rows = groups.get((env_id, algo))
+        return statistics.mean(run["wall_time"] for run in rows) / SECONDS_PER_MINUTE if rows else None
+
+    unit = minutes(COST_UNIT_TASK, REFERENCE)
+    lines = [
+        f"| task | {label(OURS)}: minutes per run (runs) | {label(REFERENCE)}: minutes per run (runs) | "
+        f"{label(REFERENCE)}'s against {COST_UNIT_TASK} |",
+        "|---|---|---|---|",
+    ]
+    for env_id in SUITE:
+        ours, theirs = minutes(env_id, OURS), minutes(env_id, REFERENCE)
+        if ours is None and theirs is None:
+            continue
+        cells_ = [f"{value:.1f} ({len(groups[(env_id, algo)])})" if value is not None else "-"
+                  for value, algo in ((ours, OURS), (theirs, REFERENCE))]  # fmt: skip
+        ratio = f"{theirs / unit:.1f}x" if theirs is not None and unit else "-"
+        lines.append(f"| {env_id} | {cells_[0]} | {cells_[1]} | {ratio} |")
+    return "\n".join(lines)

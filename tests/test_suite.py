@@ -160,3 +160,16 @@ def test_report_fills_every_marked_table_it_names(tmp_path):
         block = text.split(f"<!-- compare:{name} -->\n", 1)[1].split(f"<!-- /compare:{name} -->", 1)[0]
         assert block.startswith("| "), name
     assert "| Reacher-v5 | -4.0 [-4.0, -4.0] (2) | -5.0 [-5.0, -5.0] (2) | ahead |" in text
+
+
+def test_task_cost_is_minutes_per_run_and_sb3_contribs_against_its_halfcheetah_run():
+    runs = [
+        {**_run("trpo", "HalfCheetah-v5", 0, 1.0), "wall_time": 600.0},
+        {**_run("trpo", "Humanoid-v5", 0, 1.0), "wall_time": 1500.0},
+        {**_run("trpo", "Humanoid-v5", 1, 1.0), "wall_time": 2100.0},
+        {**_run("npg_trpo", "Humanoid-v5", 0, 1.0), "wall_time": 900.0},
+    ]
+    table = suite.task_cost_table(runs)
+    assert _row(table, "HalfCheetah-v5") == ["HalfCheetah-v5", "-", "10.0 (1)", "1.0x"]
+    assert _row(table, "Humanoid-v5") == ["Humanoid-v5", "15.0 (1)", "30.0 (2)", "3.0x"]
+    assert "| Hopper-v5 |" not in table
