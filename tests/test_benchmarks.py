@@ -1,5 +1,6 @@
 """The benchmark scripts whose numbers the README quotes: they run, agree on what they compare, and resume."""
 
+import ast
 import itertools
 import json
 import re
@@ -485,3 +486,17 @@ def test_every_number_a_decision_quotes_is_one_of_the_candidates_runs():
     assert quoted
     missing = sorted((name, value) for name, value in quoted if value not in measured)
     assert not missing, missing
+
+
+def test_the_guides_python_default_is_the_shipped_default():
+    """docs/guide/hyperparameters.md spells the default out in Python for a user without the Zoo: it must stay it."""
+    guide = (REPOSITORY / "docs" / "guide" / "hyperparameters.md").read_text(encoding="utf-8")
+    default = yaml.safe_load(hyperparams_path("npg_trpo").read_text(encoding="utf-8"))["default"]
+    start, end = (float(value) for value in default["target_kl"].removeprefix("lin_").split("_"))
+    assert f"target_kl=LinearSchedule({start}, {end}, end_fraction=1.0)" in guide
+    assert f"policy_kwargs={default['policy_kwargs']}" in guide
+    assert f"n_envs={default['n_envs']}" in guide and f"gamma={default['gamma']})" in guide  # VecNormalize's
+    options = set(default) - {"target_kl", "policy_kwargs", "n_envs", "n_timesteps", "policy", "normalize"}
+    for name in options:
+        given = re.search(rf"^    {name}=([^,]+),", guide, re.MULTILINE)
+        assert given is not None and ast.literal_eval(given.group(1)) == pytest.approx(default[name]), name
