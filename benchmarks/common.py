@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 import yaml
-from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
+from sb3_npg.common.kl_convention import kl_components
 from sb3_npg import TRPO
 from sb3_npg.zoo import ZOO_ALGOS, hyperparams_path
 
@@ -226,8 +225,7 @@ def build_model(algo: type[OnPolicyAlgorithm], config: dict[str, Any], seed: int
     if config["normalize"]:
         env = VecNormalize(env)
     if extra.pop(CONTRIB_KL, False):
-        action_dims = int(np.prod(env.action_space.shape)) if isinstance(env.action_space, spaces.Box) else 1
-        config = {**config, "hyperparams": contrib_kl_scale(config["hyperparams"], action_dims)}
+        config = {**config, "hyperparams": contrib_kl_scale(config["hyperparams"], kl_components(env.action_space))}
     model = algo("MlpPolicy", env, seed=seed, device="cpu", **{**config["hyperparams"], **extra})
     model.set_logger(configure(None, []))
     return model
