@@ -49,6 +49,13 @@ def test_verdict_says_ahead_only_where_the_intervals_are_apart(ours, theirs, exp
     assert suite.verdict(reliable.Interval(*ours), reliable.Interval(*theirs)) == expected
 
 
+def test_no_verdict_from_fewer_than_three_seeds_only_where_the_iqm_falls():
+    apart = reliable.Interval(5.0, 5.0, 5.0), reliable.Interval(1.0, 1.0, 1.0)
+    assert suite.verdict(*apart, seeds=2) == "at or above (fewer than 3 seeds: no verdict)"
+    assert suite.verdict(*reversed(apart), seeds=1) == "below (fewer than 3 seeds: no verdict)"
+    assert suite.verdict(*apart, seeds=3) == "ahead"
+
+
 def test_suite_table_compares_intervals_counts_collapses_and_quotes_published_results_statistic_for_statistic(tmp_path):
     reference = tmp_path / "contrib.yml"
     reference.write_text("Hopper-v5:\n  n_steps: 1024\n  target_kl: 0.03\nAnt-v5:\n  n_steps: 1024\n", encoding="utf-8")
@@ -73,7 +80,7 @@ def test_suite_table_compares_intervals_counts_collapses_and_quotes_published_re
     assert hopper[3] == "tied (at or above)" and hopper[4] == "none"
     assert hopper[5] == "RL Zoo 3618 (one run, v3): our mean 2000.0, below"
     assert hopper[6] == "tuned: critic_fit"
-    assert hopper[7].startswith("50.0 [50.0, 50.0] (1): behind")
+    assert hopper[7] == "50.0 [50.0, 50.0] (1): below (fewer than 3 seeds: no verdict)"
     assert table.endswith(
         "sb3-npg TRPO's IQM is at or above sb3-contrib TRPO's on 2 of 2 tasks (ahead, the intervals apart, on 1; goal: "
         "every task of the suite). Seeds below their first evaluation: Ant-v5 3 (goal: none)."
@@ -148,8 +155,8 @@ def test_normalized_scores_put_the_random_policy_at_0_and_sb3_contribs_iqm_at_1(
 def test_report_fills_every_marked_table_it_names(tmp_path):
     folder = tmp_path / "results"
     folder.mkdir()
-    runs = [_run("trpo", "Reacher-v5", seed, -5.0) for seed in range(2)] + [
-        _run("npg_trpo", "Reacher-v5", seed, -4.0, hyperparams=DEFAULT) for seed in range(2)
+    runs = [_run("trpo", "Reacher-v5", seed, -5.0) for seed in range(3)] + [
+        _run("npg_trpo", "Reacher-v5", seed, -4.0, hyperparams=DEFAULT) for seed in range(3)
     ]
     (folder / "runs.jsonl").write_text("".join(f"{json.dumps(run)}\n" for run in runs), encoding="utf-8")
     doc = tmp_path / "README.md"
@@ -159,7 +166,7 @@ def test_report_fills_every_marked_table_it_names(tmp_path):
     for name in report.SECTIONS:
         block = text.split(f"<!-- compare:{name} -->\n", 1)[1].split(f"<!-- /compare:{name} -->", 1)[0]
         assert block.startswith("| "), name
-    assert "| Reacher-v5 | -4.0 [-4.0, -4.0] (2) | -5.0 [-5.0, -5.0] (2) | ahead |" in text
+    assert "| Reacher-v5 | -4.0 [-4.0, -4.0] (3) | -5.0 [-5.0, -5.0] (3) | ahead |" in text
 
 
 def test_task_cost_is_minutes_per_run_and_sb3_contribs_against_its_halfcheetah_run():
