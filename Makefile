@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist); 0 runs in-process.
 TEST_WORKERS ?= 2
 
-.PHONY: bench-mujoco demo docs test test-slow test-sb3 test-sb3-contrib lint format type package bench bench-learning bench-update bench-fisher bench-solvers bench-learn bench-zoo clean
+.PHONY: bench-mujoco bench-report demo docs test test-slow test-sb3 test-sb3-contrib lint format type package bench bench-learning bench-update bench-fisher bench-solvers bench-learn bench-zoo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,7 +89,14 @@ BENCH_SEEDS ?= 0,1,2
 BENCH_OUT ?= benchmarks/results/compare
 bench: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos $(BENCH_ALGOS) --envs $(BENCH_ENVS) --seeds $(BENCH_SEEDS) --workers 2 --out $(BENCH_OUT)
+	$(MAKE) bench-report
+
+# Every table and figure of the README, benchmarks/README.md and the docs from the recorded runs (no training): the
+# comparison's tables and figures, and the page of tuning candidates.
+bench-report: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md --figures docs/_static
+	$(BIN)/python -m benchmarks.candidates benchmarks/results/compare_candidates \
+		--decisions benchmarks/zoo_candidates/decisions.yml --out docs/candidates.md
 
 # The MuJoCo protocol of benchmarks/README.md ("The MuJoCo protocol"): 1M steps, an evaluation every 50k steps. On the
 # four tuned tasks seeds 0-9 for both TRPOs and ACKTR, 0-4 for NPG, 0-2 for PPO and A2C; on the five new tasks seeds 0-4
@@ -108,7 +115,7 @@ bench-mujoco: $(VENV)/.installed-all
 	$(BIN)/python -m benchmarks.compare --algos ppo,a2c --seeds 0,1,2 $(MUJOCO_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos npg_trpo,trpo --seeds 0,1,2,3,4 $(MUJOCO_NEW_PROTOCOL)
 	$(BIN)/python -m benchmarks.compare --algos npg,ppo --seeds 0,1,2 $(MUJOCO_NEW_PROTOCOL)
-	$(BIN)/python -m benchmarks.report $(BENCH_OUT) --update-docs README.md benchmarks/README.md --figures docs/_static
+	$(MAKE) bench-report
 
 # Learning check over 3 seeds: the "Does it learn?" table of docs/benchmarks.md comes from this file.
 bench-learning: $(VENV)/.installed-test
