@@ -126,12 +126,15 @@ def published_cell(env_id: str, runs: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
-def settings_changes(run: dict[str, Any], reference: Path = SB3_CONTRIB_SETTINGS) -> list[str]:
-    """The settings of ``run`` that differ from its environment's entry in ``reference`` (sorted names)."""
-    entry = hyperparams_entry(reference, run["env_id"])
-    settings = run.get("hyperparams") or {}
+def changed_settings(settings: dict[str, Any], entry: dict[str, Any]) -> list[str]:
+    """The names of the settings that differ between a run's ``settings`` and an ``entry`` (sorted; the budget apart)."""
     names = (set(entry) | set(settings)) - set(BOOKKEEPING_SETTINGS)
     return sorted(name for name in names if entry.get(name) != settings.get(name))
+
+
+def settings_changes(run: dict[str, Any], reference: Path = SB3_CONTRIB_SETTINGS) -> list[str]:
+    """The settings of ``run`` that differ from its environment's entry in ``reference`` (sorted names)."""
+    return changed_settings(run.get("hyperparams") or {}, hyperparams_entry(reference, run["env_id"]))
 
 
 def is_default(run: dict[str, Any], conf: Path) -> bool:
@@ -140,9 +143,15 @@ def is_default(run: dict[str, Any], conf: Path) -> bool:
 
 
 def settings_cell(runs: list[dict[str, Any]], reference: Path, conf: Path) -> str:
-    if all(is_default(run, conf) for run in runs):
+    """Our runs' settings: the default, the default with a few changes (an entry built on it), or what differs from
+    sb3-contrib's settings (``reference``), whichever takes fewer names."""
+    default = hyperparams_entry(conf, "default")
+    from_default = sorted({name for run in runs for name in changed_settings(run.get("hyperparams") or {}, default)})
+    if not from_default:
         return "the default"
     changes = sorted({name for run in runs for name in settings_changes(run, reference)})
+    if len(from_default) < len(changes):
+        return f"the default with: {', '.join(from_default)}"
     return f"tuned: {', '.join(changes)}" if changes else "sb3-contrib's"
 
 

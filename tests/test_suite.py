@@ -180,3 +180,12 @@ def test_task_cost_is_minutes_per_run_and_sb3_contribs_against_its_halfcheetah_r
     assert _row(table, "HalfCheetah-v5") == ["HalfCheetah-v5", "-", "10.0 (1)", "1.0x"]
     assert _row(table, "Humanoid-v5") == ["Humanoid-v5", "15.0 (1)", "30.0 (2)", "3.0x"]
     assert "| Hopper-v5 |" not in table
+
+
+def test_an_entry_built_on_the_default_is_told_by_what_it_changes_on_it(tmp_path):
+    reference = tmp_path / "contrib.yml"
+    reference.write_text("InvertedPendulum-v5:\n  n_steps: 1024\n", encoding="utf-8")
+    built = {**DEFAULT, "normalize": "{'norm_obs': True, 'norm_reward': False}"}
+    runs = [_run("npg_trpo", "InvertedPendulum-v5", seed, 1000.0, 0.0, built) for seed in range(3)]
+    runs += [_run("trpo", "InvertedPendulum-v5", seed, 1000.0) for seed in range(3)]
+    assert _row(suite.suite_table(runs, reference), "InvertedPendulum-v5")[6] == "the default with: normalize"
