@@ -368,8 +368,8 @@ def test_matrix_mujoco_rows_are_runs_of_the_shipped_entries_on_every_reported_se
 
 @pytest.mark.parametrize("algo", sorted(REPORTED_MUJOCO_SEEDS))
 def test_matrix_rows_of_the_new_mujoco_tasks_are_runs_of_the_shipped_entries(algo):
-    """The new tasks' runs land over sessions, so their seeds are not yet checked, but every current run of ours must
-    have run the shipped entry (the default, or a task's own entry once it has one): a changed entry needs its reruns."""
+    """Every current run of ours on a new task must have run the shipped entry (the default, or a task's own entry once
+    it has one): a changed entry needs its reruns. Its seeds: ``test_the_new_mujoco_tasks_hold_the_suites_seeds``."""
     from benchmarks.report import current_runs
 
     runs = current_runs(read_jsonl(REPOSITORY / "benchmarks" / "results" / "compare" / "runs.jsonl"))
@@ -400,6 +400,35 @@ def test_a_mujoco_task_a_zoo_file_does_not_list_gets_its_mujoco_defaults(tmp_pat
     assert hyperparams_entry(conf, "Reacher-v5") == {"normalize": True}
     with pytest.raises(ValueError, match="no hyperparameters for CartPole-v1"):
         hyperparams_entry(conf, "CartPole-v1")
+
+
+#: The suite's seeds per contender on the new tasks (benchmarks/README.md, ``make bench-mujoco``); a contender joins
+#: once all its seeds have landed (runs land over sessions).
+NEW_TASK_SEEDS = {"npg_trpo": list(range(5)), "trpo": list(range(5))}
+
+#: The seeds of the default's own column on the new tasks.
+DEFAULT_COLUMN_SEEDS = list(range(3))
+
+
+@pytest.mark.parametrize("algo", sorted(NEW_TASK_SEEDS))
+def test_the_new_mujoco_tasks_hold_the_suites_seeds(algo):
+    """Every new task's current runs of a contender are exactly the protocol's seeds, so a lost or an extra run fails."""
+    from benchmarks.report import current_runs
+
+    runs = current_runs(read_jsonl(REPOSITORY / "benchmarks" / "results" / "compare" / "runs.jsonl"))
+    for env_id in NEW_MUJOCO_TASKS:
+        seeds = sorted(run["seed"] for run in runs if run["algo"] == algo and run["env_id"] == env_id)
+        assert seeds == NEW_TASK_SEEDS[algo], env_id
+
+
+def test_the_defaults_column_holds_its_seeds_on_every_new_task():
+    """The report's column of the default alone (3 seeds) is complete, also where a task has since taken an entry."""
+    from benchmarks.suite import default_runs
+
+    runs = default_runs(read_jsonl(REPOSITORY / "benchmarks" / "results" / "compare" / "runs.jsonl"))
+    for env_id in NEW_MUJOCO_TASKS:
+        seeds = {run["seed"] for run in runs if run["env_id"] == env_id}
+        assert seeds >= set(DEFAULT_COLUMN_SEEDS), env_id
 
 
 @pytest.mark.parametrize("algo", ["npg", "npg_trpo"])
