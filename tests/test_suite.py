@@ -183,6 +183,8 @@ def test_task_cost_is_minutes_per_run_and_sb3_contribs_against_its_halfcheetah_r
 
 
 def test_an_entry_built_on_the_default_is_told_by_what_it_changes_on_it(tmp_path):
+    """An entry that changes one setting of the default is named by that change, not by its many differences from
+    sb3-contrib's settings."""
     reference = tmp_path / "contrib.yml"
     reference.write_text("InvertedPendulum-v5:\n  n_steps: 1024\n", encoding="utf-8")
     built = {**DEFAULT, "normalize": "{'norm_obs': True, 'norm_reward': False}"}
