@@ -404,7 +404,7 @@ def test_a_mujoco_task_a_zoo_file_does_not_list_gets_its_mujoco_defaults(tmp_pat
 
 #: The suite's seeds per contender on the new tasks (benchmarks/README.md, ``make bench-mujoco``); a contender joins
 #: once all its seeds have landed (runs land over sessions).
-NEW_TASK_SEEDS = {"npg_trpo": list(range(5)), "trpo": list(range(5)), "npg": list(range(3))}
+NEW_TASK_SEEDS = {"npg_trpo": list(range(5)), "trpo": list(range(5)), "npg": list(range(3)), "ppo": list(range(3))}
 
 #: The seeds of the default's own column on the new tasks.
 DEFAULT_COLUMN_SEEDS = list(range(3))
