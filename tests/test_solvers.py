@@ -16,6 +16,7 @@ from sb3_npg.common.solvers import (
     CG_MAX_STEPS_REACHED,
     ConjugateGradientSolver,
     FisherSolver,
+    KroneckerFactoredSolver,
     NaturalDirection,
 )
 
@@ -93,6 +94,76 @@ def test_preconditioned_conjugate_gradient_needs_one_product_with_the_exact_inve
     # A diagonal preconditioner keeps the solution and the stopping rule on the same residual.
     jacobi = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20, lambda v: v / torch.diagonal(matrix))
     assert jacobi.converged and torch.allclose(jacobi.solution, exact, rtol=1e-6)
+
+
+def _jacobi_preconditioning(matrix: torch.Tensor):
+    """A stand-in for K-FAC's inverse on a batch: the inverse of ``matrix``'s diagonal, whatever the samples."""
+    return lambda observations: lambda vector: vector / torch.diagonal(matrix)
+
+
+def test_kfac_step_curvature_is_the_damped_fisher_quadratic_form():
+    """K-FAC alone scales its step by ``d^T (F + d I) d`` of the exact damped product, not by ``d^T g``, which equals it
+    only where K-FAC's inverse is exact."""
+    matrix, gradient = _spd(6), torch.linspace(-1.0, 2.0, 6, dtype=torch.float64)
+    solved = KroneckerFactoredSolver(_jacobi_preconditioning(matrix)).solve(gradient, lambda v: matrix @ v, None)
+    direction = gradient / torch.diagonal(matrix)
+    assert torch.equal(solved.direction, direction)
+    quadratic_form, gradient_form = float(direction @ matrix @ direction), float(direction @ gradient)
+    assert abs(quadratic_form - gradient_form) > 0.1 * quadratic_form  # the case tells the two apart
+    assert solved.curvature == pytest.approx(quadratic_form, rel=1e-12)  # float64, one dot product of 6 terms
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3, 1e-3])
+def test_kfac_cg_residual_is_relative_to_the_gradient_and_scale_free(scale):
+    """``cg_residual`` of K-FAC alone is ``||g - (F + d I) d||^2 / ||g||^2``: the same for any scale of the gradient."""
+    matrix, gradient = _spd(6), scale * torch.linspace(-1.0, 2.0, 6, dtype=torch.float64)
+    solved = KroneckerFactoredSolver(_jacobi_preconditioning(matrix)).solve(gradient, lambda v: matrix @ v, None)
+    unit = torch.linspace(-1.0, 2.0, 6, dtype=torch.float64)
+    residual = unit - matrix @ (unit / torch.diagonal(matrix))
+    expected = float(residual @ residual / (unit @ unit))
+    assert 0.0 < expected and solved.diagnostics["cg_residual"] == pytest.approx(expected, rel=1e-10)
+
+
+def test_preconditioned_cg_solver_applies_its_preconditioning_on_the_steps_samples():
+    """The solver builds its preconditioner once, on the samples it is given, and applies it to the first residual and
+    to every iterate's: with the exact inverse, one product solves the system that plain CG needs several for."""
+    matrix, gradient = _spd(8), torch.linspace(-1.0, 2.0, 8, dtype=torch.float64)
+    samples, built_on, applied = torch.zeros(4, 3), [], []
+
+    def preconditioning(observations):
+        built_on.append(observations)
+
+        def apply(vector):
+            applied.append(vector)
+            return torch.linalg.solve(matrix, vector)
+
+        return apply
+
+    solved = ConjugateGradientSolver(50, 1e-20, preconditioning).solve(gradient, lambda v: matrix @ v, samples)
+    plain = ConjugateGradientSolver(50, 1e-20).solve(gradient, lambda v: matrix @ v, samples)
+    assert len(built_on) == 1 and built_on[0] is samples
+    assert solved.diagnostics["cg_iterations"] == 1.0 < plain.diagnostics["cg_iterations"]
+    assert len(applied) == 1 + 1  # the first residual, then the one iterate's
+    assert torch.allclose(solved.direction, torch.linalg.solve(matrix, gradient), rtol=1e-9)
+
+
+def test_kfac_preconditioned_cg_applies_kfac_at_every_iteration_of_an_update():
+    """In an update, ``kfac_preconditioned_cg`` builds K-FAC's inverse once per natural step and applies it to the
+    first residual and after every CG iteration (no curvature failure here)."""
+    model = NPG("MlpPolicy", "Pendulum-v1", fisher_solver="kfac_preconditioned_cg", **TINY)
+    built, applied = [], []
+    kfac_inverse = model._kfac_inverse
+
+    def counting(observations):
+        built.append(len(observations))
+        inverse = kfac_inverse(observations)
+        return lambda vector: applied.append(1) or inverse(vector)
+
+    model._kfac_inverse = counting
+    model.learn(TINY["n_steps"])
+    logs = model.logger.name_to_value
+    assert built == [TINY["n_steps"]] and model.event_counts["cg_curvature_failure"] == 0
+    assert len(applied) == logs["train/cg_iterations"] + 1 >= 2
 
 
 def _one_step(algo, fisher_solver, env_id="Pendulum-v1", **options):
