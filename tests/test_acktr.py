@@ -291,3 +291,32 @@ def test_the_log_holds_acktrs_keys_and_the_stdout_table_stays_short(tmp_path, ca
     assert not {"train/cg_iterations", "train/cg_residual"} & set(header), "ACKTR runs no conjugate gradient"
     assert {"kl_divergence", "kl_clip_fraction", "step_fraction", "value_loss"} <= set(printed)
     assert len(printed) <= 12 and not set(printed) & NOT_ON_STDOUT, printed
+
+
+@pytest.mark.parametrize("kfac_update", [1, 2, 3])
+def test_the_inverse_is_recomputed_every_kfac_update_updates(kfac_update):
+    """The running factors are averaged at every update; the inverse comes from them at the first update and then
+    every ``kfac_update`` updates (1, 1 + k, 1 + 2k...), for the actor and the K-FAC critic alike."""
+    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=kfac_update, **TINY)
+    inverted_at = []
+    for _ in range(7):
+        model.learn(TINY["n_steps"], reset_num_timesteps=False)
+        inverted_at.append((int(model.kfac_statistics.inverted_at), int(model.critic_kfac_statistics.inverted_at)))
+    updates = range(1, 8)
+    expected = [1 + (update - 1) // kfac_update * kfac_update for update in updates]
+    assert inverted_at == [(at, at) for at in expected]
+    assert int(model.kfac_statistics.updates) == int(model.critic_kfac_statistics.updates) == 7
+
+
+def test_between_inversions_the_step_is_scaled_by_the_current_factors_not_the_inverted_ones():
+    """With ``kfac_update=2`` the second update reuses the first one's inverse, but its KL clip is the quadratic
+    model's under the running factors that update has just averaged in."""
+    settings = {**TINY, "learning_rate": 1e3, "kfac_clip": 0.002, "kfac_update": 2, "kfac_stats_decay": 0.5}
+    model = RecordingACKTR("MlpPolicy", "Pendulum-v1", **settings)
+    model.learn(2 * TINY["n_steps"])
+    proposal, outcome = model.outcomes[-1]
+    assert int(model.kfac_statistics.inverted_at) == 1 and outcome.fraction == 1.0
+    assert _quadratic_kl(model, proposal.full_step) == pytest.approx(0.002, rel=STEP_RTOL)
+    inverted = model.kfac_statistics.curvature("inverted")
+    stale = 0.5 * float(torch.dot(proposal.full_step, kfac_product(model._actor_plan, inverted, proposal.full_step)))
+    assert abs(stale - 0.002) > 100 * STEP_RTOL * 0.002  # the stale factors would give another step
