@@ -14,6 +14,7 @@ import tests.test_logging as logging_tests
 import tests.test_rollouts as rollouts
 from sb3_npg import ACKTR
 from sb3_npg.acktr.acktr import ACKTR_LOGGED_KEYS
+from sb3_npg.acktr.critic import critic_batch_curvature
 from sb3_npg.common.algorithm import NOT_ON_STDOUT
 from sb3_npg.common.batches import policy_sample, rollout_tensors
 from sb3_npg.common.kfac_policy import kfac_product
@@ -320,3 +321,69 @@ def test_between_inversions_the_step_is_scaled_by_the_current_factors_not_the_in
     inverted = model.kfac_statistics.curvature("inverted")
     stale = 0.5 * float(torch.dot(proposal.full_step, kfac_product(model._actor_plan, inverted, proposal.full_step)))
     assert abs(stale - 0.002) > 100 * STEP_RTOL * 0.002  # the stale factors would give another step
+
+
+#: A power of two: scaling every weight of the critic's Gauss-Newton factor by it rounds the same, so the factors of
+#: two runs differ by that factor exactly; a few ulps are allowed all the same.
+FISHER_SCALE = 4.0
+SCALED_RTOL = 1e-6
+
+
+def _critic_factors(model: ACKTR) -> list[torch.Tensor]:
+    """The K-FAC critic's running factors, each layer's ``A`` then ``G``."""
+    return [factor.clone() for factor in model.critic_kfac_statistics._tensors("running")]
+
+
+def test_vf_fisher_coef_scales_the_critics_gauss_newton_output_factors():
+    """The critic's Fisher is ``vf_fisher_coef E[J^T J]``: its ``G`` factors (never its input factors) scale by it."""
+    factors = {}
+    for coef in (1.0, FISHER_SCALE):
+        model = ACKTR("MlpPolicy", "Pendulum-v1", vf_fisher_coef=coef, **TINY)
+        model.learn(TINY["n_steps"])
+        factors[coef] = _critic_factors(model)
+    for index, (unit, scaled) in enumerate(zip(factors[1.0], factors[FISHER_SCALE], strict=True)):
+        is_output_factor = index % 2 == 1
+        expected = FISHER_SCALE * unit if is_output_factor else unit
+        torch.testing.assert_close(scaled, expected, rtol=SCALED_RTOL, atol=0.0)
+
+
+#: A learning rate that caps the critic's step (its own KL clip is made loose), and steps large enough to measure.
+CAPPED_CRITIC = {"learning_rate": 0.01, "critic_kfac_clip": 1e3, "n_critic_updates": 1, "max_grad_norm": None}
+
+
+def test_vf_coef_scales_the_critics_step_when_the_learning_rate_caps_it():
+    """Under the learning-rate cap the critic moves by ``learning_rate * K^-1 (vf_coef * g)``: linear in ``vf_coef``
+    (where the KL clip binds, the scale of the gradient cancels)."""
+    steps = {}
+    for vf_coef in (0.5, 1.0):
+        model = ACKTR("MlpPolicy", "Pendulum-v1", vf_coef=vf_coef, **{**TINY, **CAPPED_CRITIC})
+        before = get_flat_params(model.critic_parameters)
+        model.learn(TINY["n_steps"])
+        assert model.logger.name_to_value["train/value_step_size"] == CAPPED_CRITIC["learning_rate"]  # the cap binds
+        steps[vf_coef] = get_flat_params(model.critic_parameters) - before
+    # Each parameter's change is rounded once where it is added, to within an ulp of the parameter.
+    ulp = torch.finfo(torch.float32).eps * float(before.abs().max())
+    assert float(steps[1.0].abs().max()) > 1e3 * ulp
+    torch.testing.assert_close(steps[0.5], 0.5 * steps[1.0], rtol=0.0, atol=2 * ulp)
+
+
+def test_the_normalized_critics_gauss_newton_factors_are_those_of_its_normalized_values():
+    """Under ``normalize_value_targets`` the critic's loss and its Fisher are in normalized units: the factors are the
+    same whatever the targets' mean and standard deviation (raw values would scale ``G`` by the variance), and the
+    linear head's block is the exact Gauss-Newton block of its normalized output, ``G = vf_fisher_coef``."""
+    model = ACKTR("MlpPolicy", "Pendulum-v1", normalize_value_targets=True, **TINY)
+    head = model.policy.value_net
+    assert model._critic_plan.layers[-1] is head
+    observations = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
+    factors = []
+    for mean, variance in ((0.0, 1.0), (3.0, 64.0)):
+        head.target_mean.fill_(mean)
+        head.target_var.fill_(variance)
+        batch = critic_batch_curvature(model._critic_plan, model.policy, observations, FISHER_SCALE, lambda factor: factor)
+        factors.append([factor for pair in batch.layer_factors for factor in pair])
+        # d(normalized value) / d(W x + b) is 1 for every sample: the head's G is the coefficient, to float32 rounding.
+        torch.testing.assert_close(factors[-1][-1], torch.full((1, 1), FISHER_SCALE), rtol=1e-6, atol=0.0)
+    for unit, moved in zip(*factors, strict=True):
+        # The normalized values' gradients pass through one multiplication and one division by the std: a few ulps
+        # of each factor's scale (its entries are means of products of those gradients, or of the same inputs).
+        torch.testing.assert_close(moved, unit, rtol=0.0, atol=1e-5 * float(unit.abs().max()))

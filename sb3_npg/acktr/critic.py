@@ -75,6 +75,11 @@ def critic_batch_curvature(
         values = head.normalized(values)
     layer_records = [records[layer] for layer in plan.layers]
     outputs = expected_output_factors([values], [torch.full_like(values, fisher_coef)], layer_records)
+    if head is not None and head in plan.layers:
+        # The head's recorded outputs are in the returns' units, ``mean + std * s`` with ``s = W x + b`` its own linear
+        # output, the one its Kronecker block ``kron(G, A)`` is of: ``G`` in ``s`` is ``std^2`` times ``G`` in those.
+        index = plan.layers.index(head)
+        outputs[index] = outputs[index] * head.target_std.pow(2)
     inputs = [input_factor(layer, record.inputs) for layer, record in zip(plan.layers, layer_records, strict=True)]
     return BatchCurvature([(mean(a), mean(g)) for a, g in zip(inputs, outputs, strict=True)], [])
 
