@@ -9,7 +9,8 @@ from torch import nn
 from sb3_npg import TRPO
 from sb3_npg.common.batches import rollout_tensors
 from sb3_npg.common.distributed import Reducer
-from sb3_npg.common.value_targets import NormalizedValueHead
+from sb3_npg.common.critic import CriticFit
+from sb3_npg.common.value_targets import MIN_TARGET_STD, NormalizedValueHead
 from tests.test_algorithms import TINY, filled, logged
 
 NORMALIZED = {"normalize_value_targets": True}
@@ -82,6 +83,40 @@ def test_a_saved_model_keeps_its_statistics_and_goes_on_learning(algo, tmp_path)
     assert any(param is loaded_head.weight for param in loaded.critic_parameters)
     loaded.learn(loaded.n_steps, reset_num_timesteps=False)
     assert loaded_head.target_count.item() == 3 * model.n_steps
+
+
+def test_returns_that_do_not_vary_are_divided_by_the_smallest_std_and_keep_every_value_finite(algo):
+    """Constant returns have a variance of 0: the targets are then divided by ``MIN_TARGET_STD``, so normalized values,
+    the critic's loss and the rescaling of the layer when more constant returns arrive all stay finite."""
+    model = algo("MlpPolicy", "Pendulum-v1", **{**TINY, **NORMALIZED})
+    head = model.policy.value_net
+    observations = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
+    for _ in range(2):  # the first rollout sets the statistics, the second merges into them and rescales the layer
+        head.add_targets(torch.full((16,), 5.0), Reducer())
+        assert head.target_var.item() == 0.0
+        assert head.target_std.item() == pytest.approx(MIN_TARGET_STD, rel=torch.finfo(torch.float32).eps)
+        values = _values(model, observations)
+        normalized = head.normalized(values)
+        assert bool(torch.isfinite(values).all() and torch.isfinite(normalized).all())
+        assert bool(torch.isfinite(head.weight).all() and torch.isfinite(head.bias).all())
+        torch.testing.assert_close(normalized, (values - 5.0) / MIN_TARGET_STD)
+
+
+def test_the_normalized_loss_is_the_squared_error_over_the_targets_variance(algo):
+    """In normalized units the critic's loss is ``mean((V - R)^2) / var``: values and returns divided by the std."""
+    model = algo("MlpPolicy", "Pendulum-v1", **{**TINY, **NORMALIZED})
+    head = model.policy.value_net
+    head.target_mean.fill_(0.5)
+    head.target_var.fill_(4.0)  # a std of 2, which the variance is not
+    generator = torch.Generator().manual_seed(0)
+    observations = torch.randn(32, 3, generator=generator)
+    values = _values(model, observations)
+    returns = values + 1.0 + torch.rand(32, generator=generator)  # apart from the values: no cancellation
+    loss = CriticFit(model.policy, list(model.critic_parameters), Reducer(), head).loss_with_gradient(observations, returns)
+    expected = float(torch.mean((values.double() - returns.double()) ** 2)) / 4.0
+    # float32: a rounding per subtraction and square, then a mean over 32 terms (at most 32 more relative roundings).
+    assert loss.item() == pytest.approx(expected, rel=(32 + 8) * torch.finfo(torch.float32).eps)
+    torch.testing.assert_close(head.normalized(returns), (returns - 0.5) / 2.0)
 
 
 class _DeepValuePolicy(ActorCriticPolicy):
