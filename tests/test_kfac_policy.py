@@ -301,3 +301,23 @@ def test_running_averages_and_arguments_are_checked():
         kfac_product(plan, curvature, torch.zeros(3, dtype=DTYPE))
     with pytest.raises(ValueError, match="more than once"):
         build_kfac_plan(policy, [*actor, actor[0]])
+
+
+#: A decay that is not 1/2: a running average that swapped the past's weight and the new batch's would show.
+ASYMMETRIC_DECAY = 0.75
+
+
+def test_the_running_average_of_an_exact_block_weighs_the_past_by_the_decay():
+    """``KfacCurvature.update`` averages each exact block as ``decay * past + (1 - decay) * new``, as the factors."""
+    policy = _policy(BOX, net_arch=[8], use_sde=True)  # gSDE's log_std block depends on the batch
+    _, plan, curvature = _curvature(policy, _observations(16, seed=14))
+    (first_block,) = curvature.blocks()
+    first_factors = [factor.clone() for factor in curvature.layer_factors[0].factors()]
+    second = batch_curvature(plan, policy, _observations(16, seed=15), torch.Generator().manual_seed(0))
+    assert _relative_error(second.block_fishers[0], first_block) > 0.01  # the two batches' blocks differ
+    curvature.update(second, ASYMMETRIC_DECAY)
+    expected = ASYMMETRIC_DECAY * first_block + (1 - ASYMMETRIC_DECAY) * second.block_fishers[0]
+    torch.testing.assert_close(curvature.blocks()[0], expected, rtol=1e-12, atol=0.0)  # float64, two products and a sum
+    for running, first, new in zip(curvature.layer_factors[0].factors(), first_factors, second.layer_factors[0], strict=True):
+        expected_factor = ASYMMETRIC_DECAY * first + (1 - ASYMMETRIC_DECAY) * new.to(first.dtype)
+        torch.testing.assert_close(running, expected_factor, rtol=1e-12, atol=1e-15)

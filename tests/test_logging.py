@@ -3,9 +3,11 @@
 import csv
 
 import pytest
+import torch
 from stable_baselines3.common.logger import configure
 
 from sb3_npg.common.algorithm import NOT_ON_STDOUT
+from tests.test_algorithms import filled, logged
 
 TINY = {"n_steps": 128, "batch_size": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
 #: Rows a user reads per update (SB3's PPO prints about 15, rollout/ and time/ included).
@@ -52,3 +54,22 @@ def test_an_event_that_happened_is_printed(algo_name, tmp_path, capsys):
 
     _, printed, _ = _trained(getattr(sb3_npg, algo_name), tmp_path, capsys, cg_max_steps=1)  # CG stops at its cap
     assert "events/cg_max_steps_reached" in printed
+
+
+#: Critic epochs of an update: a logged loss summed over them, not averaged, would read this many times too large.
+CRITIC_EPOCHS = 3
+
+
+def test_value_loss_is_the_mean_over_every_epochs_minibatches_not_their_sum(algo):
+    """``train/value_loss`` of the minibatch fit is the loss averaged over every minibatch of every epoch by samples:
+    with a learning rate too small to move the critic, the rollout's mean squared error whatever the epochs."""
+    model = filled(algo, learning_rate=1e-12, n_critic_updates=CRITIC_EPOCHS)
+    buffer = model.rollout_buffer
+    observations = torch.as_tensor(buffer.observations.reshape(-1, *buffer.obs_shape))
+    with torch.no_grad():
+        values = model.policy.predict_values(observations).flatten().double()
+    expected = float(torch.mean((values - torch.as_tensor(buffer.returns.flatten()).double()) ** 2))
+    model.train()
+    # float32 minibatch means over 256 samples (at most 256 relative roundings), the critic moved by ~1e-12.
+    n_samples = model.n_steps * model.n_envs
+    assert logged(model, "value_loss") == pytest.approx(expected, rel=n_samples * torch.finfo(torch.float32).eps)

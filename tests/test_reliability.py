@@ -25,6 +25,7 @@ from sb3_npg import NPG, TRPO
 from sb3_npg.common import NonFiniteParametersError
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.natural_gradient import get_flat_params
+from sb3_npg.common.solvers import FisherSolver, NaturalDirection
 from sb3_npg.common.persistence import FORMAT_KEY, FORMAT_VERSION, ScaledSchedule, convert_sb3_contrib_trpo
 
 TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
@@ -150,6 +151,36 @@ def test_fisher_product_that_is_not_positive_is_refused(algo, monkeypatch):
     assert counted["cg_curvature_failure"] == 1 and counted["non_positive_curvature"] == 1
     monkeypatch.undo()
     _continues(model)
+
+
+class _FixedSolver(FisherSolver):
+    """A solver whose direction is the gradient times ``scale`` and whose curvature is ``curvature``."""
+
+    def __init__(self, scale: float, curvature: float):
+        self.scale, self.curvature = scale, curvature
+
+    def solve(self, gradient, fisher, observations):
+        return NaturalDirection(gradient * self.scale, self.curvature, {})
+
+
+#: A faulty solve and the one cause its refused step is counted under.
+FAULTY_SOLVES = [
+    (float("nan"), 1.0, "non_finite_direction"),
+    (float("inf"), 1.0, "non_finite_direction"),
+    (1.0, float("nan"), "non_positive_curvature"),
+    (1.0, 0.0, "non_positive_curvature"),
+    (1.0, -1.0, "non_positive_curvature"),
+]
+
+
+@pytest.mark.parametrize(("scale", "curvature", "cause"), FAULTY_SOLVES)
+def test_a_refused_step_is_counted_under_its_own_cause(algo, monkeypatch, scale, curvature, cause):
+    """A non-finite direction and a non-positive curvature are different faults, each counted under its own name."""
+    model = filled(algo)
+    monkeypatch.setattr(type(model), "solver", property(lambda self: _FixedSolver(scale, curvature)))
+    _refused(model)
+    refused = {event: count for event, count in events(model).items() if count}
+    assert refused == {cause: 1} and model.skipped_steps == 1
 
 
 def test_conjugate_gradient_that_does_not_converge_still_steps_and_is_counted(algo):
