@@ -4,9 +4,9 @@ What it pins. For each case of :data:`CASES` (NPG and TRPO, Discrete and Box, th
 through an update), every policy parameter and the KL from the behaviour policy that the last update logged
 (``train/kl_divergence``) after ``learn(n * n_steps)`` with seed 0, where n is 5, or 1 for the cases of
 :data:`ONE_UPDATE`. The runs are float64: the policy cast with ``policy.to(torch.float64)`` behind a features
-extractor that casts the observations to the policy's dtype (:class:`Float64Flatten`; SB3's preprocessing casts Box
+extractor that casts the observations to the policy's dtype (:class:`~tests.float_comparisons.Float64Flatten`; SB3's preprocessing casts Box
 observations to float32 first) and a rollout buffer whose rewards, values, log-probabilities, returns and advantages
-are float64 (:class:`Float64RolloutBuffer`; SB3's are float32). They start from the recorded initial parameters:
+are float64 (:class:`~tests.float_comparisons.Float64RolloutBuffer`; SB3's are float32). They start from the recorded initial parameters:
 SB3's orthogonal initialization is float32 LAPACK (QR), whose rounding depends on the CPU's kernels, so every machine
 starts from the same bits; the initialization itself is compared separately. The float64 buffer makes SB3's rollout
 loop collect (the fast loop takes SB3's own buffers only; ``tests/test_rollouts.py`` pins it to SB3's loop bit for
@@ -88,12 +88,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
-from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from sb3_npg import NPG, TRPO
 from sb3_npg.common.natural_step import StepProposal
+from tests.float_comparisons import float64_policy_kwargs
 
 RECORDING = Path(__file__).parent / "data" / "regression_float64.pt"
 UPDATES = 5
@@ -174,29 +172,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*collects rollouts with SB3's loop"),
     pytest.mark.filterwarnings("ignore:`policy_batch_size`=24 does not divide"),
 ]
-#: The rollout buffer's per-step arrays that SB3 allocates as float32 (observations and actions keep their spaces').
-FLOAT_ARRAYS = ("rewards", "returns", "episode_starts", "values", "log_probs", "advantages")
-
-
-class Float64Flatten(FlattenExtractor):
-    """SB3's flatten extractor, casting its input to the dtype of the policy (``policy.double()`` casts its buffer)."""
-
-    def __init__(self, observation_space: spaces.Space):
-        super().__init__(observation_space)
-        self.dtype_probe: torch.Tensor
-        self.register_buffer("dtype_probe", torch.zeros(()))
-
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return super().forward(observations.to(self.dtype_probe.dtype))
-
-
-class Float64RolloutBuffer(RolloutBuffer):
-    """SB3's rollout buffer with float64 rewards, values, log-probabilities, returns and advantages."""
-
-    def reset(self) -> None:
-        super().reset()
-        for name in FLOAT_ARRAYS:
-            setattr(self, name, getattr(self, name).astype(np.float64))
 
 
 def build(name: str, dtype: torch.dtype = torch.float64) -> Any:
@@ -204,8 +179,7 @@ def build(name: str, dtype: torch.dtype = torch.float64) -> Any:
     algo, env_id, options = CASES[name]
     kwargs = {**TINY, **options}
     if dtype == torch.float64:
-        kwargs["policy_kwargs"] = {**kwargs["policy_kwargs"], "features_extractor_class": Float64Flatten}
-        kwargs["rollout_buffer_class"] = Float64RolloutBuffer
+        kwargs = float64_policy_kwargs(kwargs)
     model = algo("MlpPolicy", env_id, **kwargs)
     model.policy.to(dtype)
     return model
