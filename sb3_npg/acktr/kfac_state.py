@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from sb3_npg.common.batches import Observations
-from sb3_npg.common.kfac import KroneckerFactors
+from sb3_npg.common.kfac import FACTORED_DAMPING, KroneckerFactors
 from sb3_npg.common.kfac_layers import factor_sizes
 from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, kfac_natural_inverse, kfac_product
 from sb3_npg.common.natural_gradient import MatVec
@@ -35,11 +35,14 @@ class KfacSettings:
     :param damping: the Tikhonov damping of the inverse, > 0 (split between the factors by the pi-correction)
     :param decay: the running averages' decay, in ``[0, 1)``: ``F <- decay F + (1 - decay) F_batch``
     :param update_interval: recompute the inverse every this many updates of the averages (``kfac_update``)
+    :param damping_mode: how the damping enters each layer's inverse, one of :data:`~sb3_npg.common.kfac.DAMPING_MODES`
+        (``kfac_damping_mode``)
     """
 
     damping: float
     decay: float
     update_interval: int
+    damping_mode: str = FACTORED_DAMPING
 
 
 class KfacStatistics(nn.Module):
@@ -70,7 +73,7 @@ class KfacStatistics(nn.Module):
         self.register_buffer("updates", torch.zeros((), dtype=torch.long, device=device))
         self.register_buffer("inverted_at", torch.zeros((), dtype=torch.long, device=device))
         self._inverse: MatVec | None = None
-        self._inverse_damping = 0.0
+        self._inverse_damping: tuple[float, str] | None = None
         # Statistics loaded into a live model (``set_parameters``) must not meet an inverse of the old ones.
         self.register_load_state_dict_post_hook(lambda module, incompatible_keys: module.forget_inverse())
 
@@ -126,9 +129,10 @@ class KfacStatistics(nn.Module):
                     inverted.copy_(running)
             self.inverted_at.copy_(self.updates)
             self._inverse = None
-        if self._inverse is None or self._inverse_damping != settings.damping:
-            self._inverse = kfac_natural_inverse(plan, self.curvature(INVERTED), settings.damping)
-            self._inverse_damping = settings.damping
+        damping = (settings.damping, settings.damping_mode)
+        if self._inverse is None or self._inverse_damping != damping:
+            self._inverse = kfac_natural_inverse(plan, self.curvature(INVERTED), *damping)
+            self._inverse_damping = damping
         return self._inverse
 
 
