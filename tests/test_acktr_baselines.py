@@ -10,6 +10,7 @@ import torch
 from sb3_npg import ACKTR
 from sb3_npg.acktr import sb2_acktr_kwargs
 from sb3_npg.acktr.critic import critic_batch_curvature
+from sb3_npg.acktr.kfac_state import DAMPED_CURVATURE, UNDAMPED_CURVATURE, quadratic_curvature
 from sb3_npg.acktr.sb2 import SB2_DEFAULTS, Sb2Schedule, sb2_kfac_clip, sb2_vf_fisher_coef
 from sb3_npg.common.kfac import EIGENBASIS_DAMPING, FACTORED_DAMPING
 from sb3_npg.common.kfac_layers import record_layers
@@ -72,9 +73,43 @@ def test_the_logged_kl_is_the_measured_kl_of_the_step_not_the_quadratic_models(e
     assert model.logged["train/kl_divergence_over_clip"] == pytest.approx(model.logged["train/kl_divergence"] / clip)
 
 
-def test_the_damping_mode_is_checked_with_its_name():
-    with pytest.raises(ValueError, match="`kfac_damping_mode`"):
-        ACKTR("MlpPolicy", "CartPole-v1", kfac_damping_mode="exact", **TINY)
+@pytest.mark.parametrize("option", ["kfac_damping_mode", "kfac_clip_curvature"])
+def test_the_new_options_are_checked_with_their_names(option):
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        ACKTR("MlpPolicy", "CartPole-v1", **{**TINY, option: "exact"})
+
+
+class CurvatureACKTR(ACKTR):
+    """ACKTR recording its solver's gradient, direction and curvature, and the critic statistics' curvature."""
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.solved: list = []
+
+    @property
+    def solver(self):
+        solver, solved = super().solver, self.solved
+        solve = solver.solve
+
+        def recording(gradient, fisher, observations):
+            result = solve(gradient, fisher, observations)
+            solved.append((gradient, result))
+            return result
+
+        solver.solve = recording
+        return solver
+
+
+@pytest.mark.parametrize("curvature", [UNDAMPED_CURVATURE, DAMPED_CURVATURE])
+def test_the_clip_curvature_is_the_undamped_model_or_the_gradients_product_with_the_direction(curvature):
+    """``"damped"`` is baselines' ``g^T d``; ``"undamped"`` the paper's ``d^T F_hat d``: the same float32 products."""
+    model = CurvatureACKTR("MlpPolicy", "Pendulum-v1", kfac_clip_curvature=curvature, **TINY)
+    model.learn(TINY["n_steps"])  # one update: the statistics stay those the direction was solved with
+    ((gradient, result),) = model.solved
+    undamped = quadratic_curvature(model._actor_plan, model.kfac_statistics, result.direction)
+    damped = float(torch.dot(result.direction, gradient))
+    assert damped > undamped > 0.0, "the damping adds to the curvature"
+    assert result.curvature == (damped if curvature == DAMPED_CURVATURE else undamped)
 
 
 def test_eigenbasis_damping_reaches_the_inverses_and_is_saved(tmp_path):
@@ -155,7 +190,7 @@ def test_the_translation_fills_sb2s_defaults_and_its_optimizers_constants():
     assert ours["kfac_clip"] == ours["critic_kfac_clip"] == 0.001
     assert ours["vf_fisher_coef"] == 1.0
     assert ours["learning_rate"] == SB2_DEFAULTS["learning_rate"] and ours["seed"] == 3 and "nprocs" not in ours
-    assert ours["kfac_damping_mode"] == EIGENBASIS_DAMPING
+    assert ours["kfac_damping_mode"] == EIGENBASIS_DAMPING and ours["kfac_clip_curvature"] == DAMPED_CURVATURE
     assert (ours["kfac_damping"], ours["kfac_stats_decay"]) == (0.01, 0.99)
     assert (ours["n_steps"], ours["vf_coef"], ours["gae_lambda"], ours["max_grad_norm"]) == (20, 0.25, 1.0, None)
     assert sb2_acktr_kwargs(continuous_actions=True)["normalize_advantage"]

@@ -12,7 +12,13 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_npg.acktr.critic import KfacCriticOptions, kfac_critic_steps
-from sb3_npg.acktr.kfac_state import KfacSettings, KfacStatistics, RunningKroneckerSolver
+from sb3_npg.acktr.kfac_state import (
+    CLIP_CURVATURES,
+    UNDAMPED_CURVATURE,
+    KfacSettings,
+    KfacStatistics,
+    RunningKroneckerSolver,
+)
 from sb3_npg.acktr.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_npg.common.algorithm import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
 from sb3_npg.common.batches import Observations, PolicyBatch, first_tensor
@@ -109,6 +115,10 @@ class ACKTR(NaturalPolicyGradient):
         (x) (A + pi sqrt(damping) I)``; ``"eigenbasis"`` damps the Kronecker product exactly, ``(G (x) A + damping
         I)^-1``, diagonal in the factors' eigenbasis (OpenAI baselines' and Stable-Baselines 2's default; no extra
         cost, the factors are eigendecomposed either way). It applies to the actor's and the K-FAC critic's inverses
+    :param kfac_clip_curvature: The curvature ``c`` of the direction ``d`` that the KL clip scales the step by,
+        ``sqrt(2 kfac_clip / c)``: ``"undamped"`` (default, the paper's) ``d^T F_hat d``; ``"damped"`` ``g^T d``, that
+        is ``d^T (F_hat + damping) d`` under the damped Fisher ``d`` was solved with (OpenAI baselines' and Stable-
+        Baselines 2's clip; smaller steps where the damping dominates). Actor and K-FAC critic alike
     :param kfac_stats_decay: The decay of the factors' running averages (OpenAI baselines' ``stats_decay``), in
         [0, 1): ``F <- kfac_stats_decay * F + (1 - kfac_stats_decay) * F_batch``; the first update sets them
     :param critic_fit: How the critic is fitted each update. ``"kfac"`` (default, the paper's): ``n_critic_updates``
@@ -170,6 +180,7 @@ class ACKTR(NaturalPolicyGradient):
         *,
         kfac_damping: float = 0.01,
         kfac_damping_mode: str = FACTORED_DAMPING,
+        kfac_clip_curvature: str = UNDAMPED_CURVATURE,
         kfac_stats_decay: float = 0.99,
         critic_fit: str = "kfac",
         critic_kfac_clip: float | None = None,
@@ -189,7 +200,7 @@ class ACKTR(NaturalPolicyGradient):
             kfac_damping,
             kfac_stats_decay,
         )
-        self.kfac_damping_mode = kfac_damping_mode
+        self.kfac_damping_mode, self.kfac_clip_curvature = kfac_damping_mode, kfac_clip_curvature
         self.vf_fisher_coef, self.critic_kfac_clip, self.critic_learning_rate = (
             vf_fisher_coef,
             critic_kfac_clip,
@@ -249,6 +260,7 @@ class ACKTR(NaturalPolicyGradient):
             "kfac_update": POSITIVE_INT,
             "kfac_damping": partial(check_float, low=0.0, low_inclusive=False),
             "kfac_damping_mode": partial(check_choice, choices=DAMPING_MODES),
+            "kfac_clip_curvature": partial(check_choice, choices=CLIP_CURVATURES),
             "kfac_stats_decay": partial(check_float, low=0.0, high=1.0, high_inclusive=False),
             "ent_coef": NON_NEGATIVE,
             "vf_coef": NON_NEGATIVE,
@@ -292,7 +304,9 @@ class ACKTR(NaturalPolicyGradient):
 
     @property
     def _kfac_settings(self) -> KfacSettings:
-        return KfacSettings(self.kfac_damping, self.kfac_stats_decay, self.kfac_update, self.kfac_damping_mode)
+        return KfacSettings(
+            self.kfac_damping, self.kfac_stats_decay, self.kfac_update, self.kfac_damping_mode, self.kfac_clip_curvature
+        )
 
     def _actor_curvature(self, observations: Observations) -> BatchCurvature:
         """The true-Fisher factors of the actor on a step's samples, over every rank's samples."""

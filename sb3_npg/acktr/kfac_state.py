@@ -5,7 +5,8 @@ buffers of a module attached to the policy, so SB3's ``policy.pth`` carries them
 with ``kfac_update > 1`` the curvature the current inverse was computed from is kept too, and the inverse is
 recomputed from it after loading. :class:`RunningKroneckerSolver` is ACKTR's :class:`~sb3_npg.common.solvers.FisherSolver`:
 it averages each step's true-Fisher factors in and returns K-FAC's direction with its curvature under the undamped
-K-FAC Fisher, ``d^T F_hat d``, which scales the step (the paper's KL clip).
+K-FAC Fisher, ``d^T F_hat d``, which scales the step (the paper's KL clip), or with ``kfac_clip_curvature="damped"``
+its curvature under the damped one, ``g^T d`` (baselines' clip: :func:`clip_curvature`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ from sb3_npg.common.solvers import FisherSolver, NaturalDirection
 
 #: The two copies of the curvature a :class:`KfacStatistics` keeps: the running averages, and the inverse's source.
 RUNNING, INVERTED = "running", "inverted"
+#: The KL clip's curvature of a direction ``d``: ``d^T F_hat d`` under the undamped running K-FAC Fisher (the paper's).
+UNDAMPED_CURVATURE = "undamped"
+#: ``g^T d = d^T (F_hat damped) d``, under the damped Fisher the direction was solved with (OpenAI baselines').
+DAMPED_CURVATURE = "damped"
+#: ``kfac_clip_curvature`` options.
+CLIP_CURVATURES = (UNDAMPED_CURVATURE, DAMPED_CURVATURE)
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,8 @@ class KfacSettings:
     decay: float
     update_interval: int
     damping_mode: str = FACTORED_DAMPING
+    #: the curvature the KL clip scales a direction by, one of :data:`CLIP_CURVATURES` (``kfac_clip_curvature``)
+    clip_curvature: str = UNDAMPED_CURVATURE
 
 
 class KfacStatistics(nn.Module):
@@ -141,6 +150,24 @@ def quadratic_curvature(plan: KfacPlan, statistics: KfacStatistics, direction: t
     return float(torch.dot(direction, kfac_product(plan, statistics.curvature(), direction)))
 
 
+def clip_curvature(
+    plan: KfacPlan, statistics: KfacStatistics, direction: torch.Tensor, gradient: torch.Tensor, settings: KfacSettings
+) -> float:
+    """
+    The curvature the KL clip scales ``direction`` by: :func:`quadratic_curvature` (``"undamped"``), or ``g^T d``
+    (``"damped"``: the damped inverse's own ``d^T (F_hat damped) d``, which OpenAI baselines' clip takes).
+
+    :param plan: the blocks
+    :param statistics: their running curvature
+    :param direction: ``d``, the damped inverse applied to ``gradient``
+    :param gradient: ``g``
+    :param settings: ``settings.clip_curvature`` chooses
+    """
+    if settings.clip_curvature == DAMPED_CURVATURE:
+        return float(torch.dot(direction, gradient))
+    return quadratic_curvature(plan, statistics, direction)
+
+
 class RunningKroneckerSolver(FisherSolver):
     """
     ACKTR's solver (Wu et al. 2017, https://arxiv.org/abs/1708.05144): each step's true-Fisher K-FAC factors are
@@ -166,5 +193,5 @@ class RunningKroneckerSolver(FisherSolver):
     def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
         self.statistics.update(self.batch_curvature(observations), self.settings.decay)
         direction = self.statistics.inverse(self.plan, self.settings)(gradient)
-        curvature = quadratic_curvature(self.plan, self.statistics, direction)
+        curvature = clip_curvature(self.plan, self.statistics, direction, gradient, self.settings)
         return NaturalDirection(direction, curvature, {"kfac_curvature": curvature})

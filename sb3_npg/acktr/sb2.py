@@ -8,10 +8,11 @@ the learning rate):
   ``min(lr, sqrt(kfac_clip / g^T d)) d``: the ``lr`` cancels where the clip binds, and the quadratic model's KL of the
   step, ``1/2 (lr s)^2 g^T d``, is ``kfac_clip / 2``. Ours moves by ``min(lr, sqrt(2 kfac_clip / d^T F_hat d)) d``
   (the paper's rule), whose model KL is ``kfac_clip``. So SB2's ``c`` is our ``c / 2`` (:func:`sb2_kfac_clip`), for
-  the actor and, as SB2 clips actor and critic with one bound, for the critic (``critic_kfac_clip``). Left over: SB2's
-  curvature is ``g^T d = d^T (F_hat + damping I) d`` (damped), ours ``d^T F_hat d`` (undamped), so a translated step
-  is larger by ``sqrt(g^T d / d^T F_hat d)`` (``benchmarks/acktr_baselines.py`` measures it), and SB2's one joint
-  bound over actor and critic becomes one bound on each.
+  the actor and, as SB2 clips actor and critic with one bound, for the critic (``critic_kfac_clip``). SB2's curvature
+  is ``g^T d = d^T (F_hat + damping I) d`` (damped), the paper's and our default ``d^T F_hat d`` (undamped): the
+  translation takes SB2's (``kfac_clip_curvature="damped"``), without which a step would be larger by
+  ``sqrt(g^T d / d^T F_hat d)``, a median 1.4 to 1.8 on CartPole-v1 and Pendulum-v1 (``benchmarks/acktr_baselines.py``).
+  SB2's one joint bound over actor and critic becomes one bound on each.
 - **vf_fisher_coef.** SB2's critic Fisher comes from the sampled loss ``-k mean((V - stop_gradient(V + eps))^2)``,
   ``eps ~ N(0, 1)``: the per-sample gradient at a layer's outputs is ``2 k eps dV/ds``, so its ``G`` is
   ``4 k^2 E[dV/ds dV/ds^T]``. Ours is ``vf_fisher_coef E[dV/ds dV/ds^T]``, so SB2's ``k`` is our ``4 k^2``
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sb3_npg.acktr.kfac_state import DAMPED_CURVATURE
 from sb3_npg.common.kfac import EIGENBASIS_DAMPING
 from sb3_npg.common.validation import ConfigurationError
 
@@ -49,7 +51,12 @@ SB2_DEFAULTS: dict[str, Any] = {
     "gae_lambda": None,
 }
 #: The constants SB2's ``ACKTR`` passes its ``KfacOptimizer``, as our keywords.
-SB2_OPTIMIZER = {"kfac_damping": 0.01, "kfac_stats_decay": 0.99, "kfac_damping_mode": EIGENBASIS_DAMPING}
+SB2_OPTIMIZER = {
+    "kfac_damping": 0.01,
+    "kfac_stats_decay": 0.99,
+    "kfac_damping_mode": EIGENBASIS_DAMPING,
+    "kfac_clip_curvature": DAMPED_CURVATURE,
+}
 #: SB2 keywords with no effect on the update here (TensorFlow's threads and logging, the asynchronous eigensolver).
 SB2_DROPPED = frozenset({"nprocs", "n_cpu_tf_sess", "async_eigen_decomp", "full_tensorboard_log", "max_grad_norm"})
 #: Our ``kfac_clip`` per unit of SB2's: SB2's step has the quadratic-model KL ``kfac_clip / 2`` (the module doc).
