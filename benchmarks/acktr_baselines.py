@@ -9,7 +9,8 @@ defaults may change): ``SETTINGS`` below.
   ``kfac_clip`` and the same direction (``min(lr, sqrt(clip / g^T d)) d``), the ratio ``g^T d / d^T F_hat d`` (the
   damping's share of baselines' curvature: what a translated SB2 clip leaves over), and the measured KL of the step over
   ``kfac_clip``; under baselines' settings (20 steps per update, ``kfac_stats_decay=0.99``), the same with
-  ``kfac_stats_decay=0``, and the acktr.yml entries (0.5), with each damping mode.
+  ``kfac_stats_decay=0``, and the acktr.yml entries (0.5), with each damping mode; and SB2's defaults through
+  ``sb2_acktr_kwargs`` (constant learning rate), against baselines' rule with SB2's (twice our) clip.
 - ``critic`` (ii): the trace of each critic layer's ``G`` from baselines' sampled Fisher loss
   ``-k mean((V - stop_gradient(V + eps))^2)`` (averaged over ``NOISE_DRAWS`` draws of ``eps``) over ours with the same
   ``vf_fisher_coef``, on a rollout's observations.
@@ -35,7 +36,9 @@ from stable_baselines3.common.logger import configure
 
 from benchmarks.common import REPOSITORY, write_results
 from sb3_npg import ACKTR
+from sb3_npg.acktr import sb2_acktr_kwargs
 from sb3_npg.acktr.critic import critic_batch_curvature
+from sb3_npg.acktr.sb2 import SB2_KFAC_CLIP_FACTOR, SB2_OPTIMIZER
 from sb3_npg.common.kfac import DAMPING_MODES
 from sb3_npg.common.kfac_layers import record_layers
 from sb3_npg.common.natural_step import StepOutcome, StepProposal
@@ -93,7 +96,7 @@ BASELINES = {
 #: Every setting the constructor would otherwise take from its defaults, for the entries.
 ENTRY_BASE = {"learning_rate": 0.25, "kfac_damping": 0.01, "kfac_update": 1, "vf_coef": 0.5, "vf_fisher_coef": 1.0}
 #: The runs of the ``steps`` part: a name, the settings, and how many steps each runs.
-STEP_TIMESTEPS = {"baselines": 10_000, "entry": 20_000}
+STEP_TIMESTEPS = {"baselines": 10_000, "entry": 20_000, "sb2": 10_000}
 NOISE_DRAWS = 64
 EVAL_EPISODES = 10
 SEEDS = (0, 1, 2)
@@ -139,11 +142,13 @@ class StepRecordingACKTR(ACKTR):
         return outcome
 
 
-def step_summary(records: list[dict[str, float]]) -> dict[str, float]:
-    """Medians over the updates of the two rules' model KLs, the damping's share and the measured KL over the clip."""
+def step_summary(records: list[dict[str, float]], sb2_clip_factor: float = 1.0) -> dict[str, float]:
+    """Medians over the updates of the two rules' model KLs, the damping's share and the measured KL over the clip
+    (baselines' clip is ``sb2_clip_factor`` times ours: 2 for a translated SB2 configuration)."""
     ours, baselines, damping_share, measured, clip_bound = [], [], [], [], []
     for record in records:
-        curvature, g_dot_d, clip, cap = record["curvature"], record["g_dot_d"], record["clip"], record["learning_rate"]
+        curvature, g_dot_d, cap = record["curvature"], record["g_dot_d"], record["learning_rate"]
+        clip = sb2_clip_factor * record["clip"]
         if not (curvature > 0 and g_dot_d > 0):
             continue
         ours_kl = 0.5 * record["step_size"] ** 2 * curvature
@@ -181,6 +186,14 @@ def part_steps(seed: int) -> list[dict[str, Any]]:
                     row = {"env_id": env_id, "settings": kind, "kfac_stats_decay": decay, "kfac_damping_mode": mode}
                     results.append({**row, **summary, "seconds": time.perf_counter() - start, "seed": seed})
                     print(results[-1], flush=True)
+        for decay in (SB2_OPTIMIZER["kfac_stats_decay"], 0.0):  # SB2's settings through the translation
+            sb2 = sb2_acktr_kwargs(lr_schedule="constant", continuous_actions=env_id == "Pendulum-v1")
+            model = make_model(StepRecordingACKTR, env_id, {"n_envs": 1, **sb2, "kfac_stats_decay": decay}, seed)
+            model.learn(STEP_TIMESTEPS["sb2"])
+            summary = step_summary(model.records, sb2_clip_factor=1.0 / SB2_KFAC_CLIP_FACTOR)
+            row = {"env_id": env_id, "settings": "sb2_translated", "kfac_stats_decay": decay}
+            results.append({**row, "kfac_damping_mode": sb2["kfac_damping_mode"], **summary, "seed": seed})
+            print(results[-1], flush=True)
     return results
 
 
