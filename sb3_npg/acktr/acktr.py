@@ -90,7 +90,12 @@ class ACKTR(NaturalPolicyGradient):
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
     :param kfac_clip: The bound on the quadratic model's KL of each step, ``1/2 step^T F_hat step``, > 0; it can be a
         function of the remaining progress. The KL is the true KL of the joint action distribution, summed over action
-        dimensions
+        dimensions. It bounds the model under the *running* factors, not the step's actual KL (logged as
+        ``train/kl_divergence``, and over the clip as ``train/kl_divergence_over_clip``): with OpenAI baselines'
+        settings (20 steps per update, ``kfac_stats_decay=0.99``) the actual KL is a median 22x ``kfac_clip`` on
+        CartPole-v1 and 64x on Pendulum-v1, 2.8x and 3.3x with ``kfac_stats_decay=0`` (``benchmarks/acktr_baselines.py``).
+        Stable-Baselines 2's ``kfac_clip=c`` bounds the same model's KL by ``c / 2``: pass ``c / 2`` here, or translate
+        a whole SB2 configuration with :func:`sb3_npg.acktr.sb2_acktr_kwargs`
     :param kfac_update: Recompute the inverse of the running factors every this many updates (their running averages
         are updated at every one). The inverse's eigendecompositions grow with the cube of each layer's inputs: with
         ``CnnPolicy`` (NatureCNN's linear layer takes 3136 inputs) raise it, as OpenAI baselines' asynchronous
@@ -125,7 +130,11 @@ class ACKTR(NaturalPolicyGradient):
         K-FAC steps on its Gauss-Newton matrix, each ``min(learning_rate, sqrt(2 * critic_kfac_clip / d^T F_hat d)) * d``
         with running factors. ``"minibatch"``: ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the
         policy's optimizer (Adam by default) at ``critic_learning_rate``, with the ``max_grad_norm`` clip.
-        ``"lbfgs"``: full-batch L-BFGS of at most ``n_critic_updates`` iterations
+        ``"lbfgs"``: full-batch L-BFGS of at most ``n_critic_updates`` iterations. Every fit moves the critic's own
+        parameters only: with a shared features extractor (``CnnPolicy``'s default) the K-FAC critic's plan holds the
+        value head alone, so the value loss never shapes the shared CNN (which only the actor's natural step moves),
+        where OpenAI baselines' joint update lets it; pass ``policy_kwargs=dict(share_features_extractor=False)`` for a
+        critic with a CNN of its own
     :param critic_kfac_clip: The K-FAC critic's bound on its quadratic model's KL (of the unit-variance Gaussian over
         the returns) per step, > 0; ``None``: ``kfac_clip``
     :param n_critic_updates: The number of critic steps (``"kfac"``), epochs (``"minibatch"``) or iterations

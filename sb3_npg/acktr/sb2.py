@@ -10,8 +10,9 @@ the learning rate):
   (the paper's rule), whose model KL is ``kfac_clip``. So SB2's ``c`` is our ``c / 2`` (:func:`sb2_kfac_clip`), for
   the actor and, as SB2 clips actor and critic with one bound, for the critic (``critic_kfac_clip``). SB2's curvature
   is ``g^T d = d^T (F_hat + damping I) d`` (damped), the paper's and our default ``d^T F_hat d`` (undamped): the
-  translation takes SB2's (``kfac_clip_curvature="damped"``), without which a step would be larger by
-  ``sqrt(g^T d / d^T F_hat d)``, a median 1.4 to 1.8 on CartPole-v1 and Pendulum-v1 (``benchmarks/acktr_baselines.py``).
+  translation takes SB2's (``kfac_clip_curvature="damped"``), without which a step's model KL would be larger by
+  ``g^T d / d^T F_hat d``, a median 1.9 under SB2's settings on CartPole-v1 and Pendulum-v1
+  (``benchmarks/acktr_baselines.py``).
   SB2's one joint bound over actor and critic becomes one bound on each.
 - **vf_fisher_coef.** SB2's critic Fisher comes from the sampled loss ``-k mean((V - stop_gradient(V + eps))^2)``,
   ``eps ~ N(0, 1)``: the per-sample gradient at a layer's outputs is ``2 k eps dV/ds``, so its ``G`` is
