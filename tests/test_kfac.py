@@ -8,6 +8,8 @@ from torch import nn
 from torch.distributions import Bernoulli, Categorical, Normal, kl_divergence
 
 from sb3_npg.common.kfac import (
+    EIGENBASIS_DAMPING,
+    FACTORED_DAMPING,
     KroneckerFactors,
     damped_factors,
     damped_inverse,
@@ -175,6 +177,43 @@ def test_the_damped_inverse_is_a_dense_solve_with_the_pi_corrected_damped_kronec
     factors.update(a, g, decay=DECAY)
     direction = kfac_inverse([factors], [layer], damping)(_flat(matrix))
     assert _relative_error(direction, _flat(dense)) < 1e-10
+
+
+#: Headroom over ``n * eps * condition`` for the constant factors of a backward-stable symmetric eigensolver's error.
+EIGENSOLVER_SAFETY = 10.0
+
+
+def test_eigenbasis_damping_is_the_dense_inverse_of_the_kronecker_product_plus_damping():
+    """``(kron(G, A) + damping I)^-1 vec(V)`` computed densely in float64, against the eigenbasis map: the error bound
+    is the dense system's condition number times its size times float64's epsilon (the eigensolver is backward
+    stable), and a float32 ``V`` adds float32's rounding of the result."""
+    generator = torch.Generator().manual_seed(9)
+    in_ext, out, damping = OBS_DIM + 1, ACTION_DIM, 1e-2
+    a, g = _random_spd(in_ext, 30.0, generator), _random_spd(out, 0.01, generator)  # unequal scales, as before
+    dense_matrix = torch.kron(g, a) + damping * torch.eye(in_ext * out, dtype=DTYPE)
+    eigenvalues = torch.linalg.eigvalsh(dense_matrix)
+    condition = float(eigenvalues.max() / eigenvalues.min())
+    tolerance = EIGENSOLVER_SAFETY * dense_matrix.shape[0] * torch.finfo(DTYPE).eps * condition
+    assert tolerance < 1e-10, "the reference problem must be well enough conditioned to separate the two modes"
+    matrix = torch.randn(out, in_ext, generator=generator, dtype=DTYPE)
+    dense = torch.linalg.solve(dense_matrix, matrix.reshape(-1)).reshape(out, in_ext)
+    assert _relative_error(damped_inverse(a, g, damping, EIGENBASIS_DAMPING)(matrix), dense) < tolerance
+
+    single = matrix.to(torch.float32)
+    dense_single = torch.linalg.solve(dense_matrix, single.to(DTYPE).reshape(-1)).reshape(out, in_ext)
+    result = damped_inverse(a, g, damping, EIGENBASIS_DAMPING)(single)
+    assert result.dtype == torch.float32
+    assert _relative_error(result.to(DTYPE), dense_single) < tolerance + torch.finfo(torch.float32).eps
+
+    layer = _linear(OBS_DIM, ACTION_DIM, 0)
+    factors = KroneckerFactors()
+    factors.update(a, g, decay=DECAY)
+    direction = kfac_inverse([factors], [layer], damping, EIGENBASIS_DAMPING)(_flat(matrix))
+    assert _relative_error(direction, _flat(dense)) < tolerance
+    factored = damped_inverse(a, g, damping, FACTORED_DAMPING)(matrix)
+    assert _relative_error(factored, dense) > 1e3 * tolerance, "the factored damping is another matrix"
+    with pytest.raises(ValueError, match="damping mode"):
+        damped_inverse(a, g, damping, "exact")
 
 
 def _flat(matrix: torch.Tensor) -> torch.Tensor:

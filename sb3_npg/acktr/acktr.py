@@ -12,12 +12,19 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_npg.acktr.critic import KfacCriticOptions, kfac_critic_steps
-from sb3_npg.acktr.kfac_state import KfacSettings, KfacStatistics, RunningKroneckerSolver
+from sb3_npg.acktr.kfac_state import (
+    CLIP_CURVATURES,
+    UNDAMPED_CURVATURE,
+    KfacSettings,
+    KfacStatistics,
+    RunningKroneckerSolver,
+)
 from sb3_npg.acktr.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_npg.common.algorithm import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
 from sb3_npg.common.batches import Observations, PolicyBatch, first_tensor
 from sb3_npg.common.critic import CRITIC_FITS
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
+from sb3_npg.common.kfac import DAMPING_MODES, FACTORED_DAMPING
 from sb3_npg.common.kfac_policy import BatchCurvature, KfacPlan, batch_curvature, build_kfac_plan
 from sb3_npg.common.natural_step import PolicyObjective, StepOutcome, StepProposal
 from sb3_npg.common.solvers import FisherSolver
@@ -27,6 +34,7 @@ from sb3_npg.common.validation import (
     POSITIVE_INT,
     ConfigurationError,
     OptionCheck,
+    check_choice,
     check_float,
     check_positive_or_schedule,
     scheduled_value,
@@ -39,6 +47,7 @@ ACKTR_LOGGED_KEYS = (
     *(key for key in ALWAYS_LOGGED_KEYS if key not in ("cg_iterations", "cg_residual")),
     "kfac_curvature",
     "kl_clip_fraction",
+    "kl_divergence_over_clip",
     "step_size",
 )
 #: The step the hook takes when the KL clip binds: all of the KL-scaled step.
@@ -81,7 +90,12 @@ class ACKTR(NaturalPolicyGradient):
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
     :param kfac_clip: The bound on the quadratic model's KL of each step, ``1/2 step^T F_hat step``, > 0; it can be a
         function of the remaining progress. The KL is the true KL of the joint action distribution, summed over action
-        dimensions
+        dimensions. It bounds the model under the *running* factors, not the step's actual KL (logged as
+        ``train/kl_divergence``, and over the clip as ``train/kl_divergence_over_clip``): with OpenAI baselines'
+        settings (20 steps per update, ``kfac_stats_decay=0.99``) the actual KL is a median 22x ``kfac_clip`` on
+        CartPole-v1 and 64x on Pendulum-v1, 2.8x and 3.3x with ``kfac_stats_decay=0`` (``benchmarks/acktr_baselines.py``).
+        Stable-Baselines 2's ``kfac_clip=c`` bounds the same model's KL by ``c / 2``: pass ``c / 2`` here, or translate
+        a whole SB2 configuration with :func:`sb3_npg.acktr.sb2_acktr_kwargs`
     :param kfac_update: Recompute the inverse of the running factors every this many updates (their running averages
         are updated at every one). The inverse's eigendecompositions grow with the cube of each layer's inputs: with
         ``CnnPolicy`` (NatureCNN's linear layer takes 3136 inputs) raise it, as OpenAI baselines' asynchronous
@@ -100,15 +114,27 @@ class ACKTR(NaturalPolicyGradient):
     :param verbose: The verbosity level: 0 no output, 1 info, 2 debug
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run; "auto" uses the GPU if possible
-    :param kfac_damping: The Tikhonov damping of the K-FAC inverses (OpenAI baselines' ``epsilon``), > 0, split
-        between each layer's two factors by the pi-correction of Martens and Grosse (2015)
+    :param kfac_damping: The Tikhonov damping of the K-FAC inverses (OpenAI baselines' ``epsilon``), > 0
+    :param kfac_damping_mode: How ``kfac_damping`` enters each layer's inverse: ``"factored"`` (default) splits it
+        between the layer's two factors by the pi-correction of Martens and Grosse (2015), ``(G + sqrt(damping) / pi I)
+        (x) (A + pi sqrt(damping) I)``; ``"eigenbasis"`` damps the Kronecker product exactly, ``(G (x) A + damping
+        I)^-1``, diagonal in the factors' eigenbasis (OpenAI baselines' and Stable-Baselines 2's default; no extra
+        cost, the factors are eigendecomposed either way). It applies to the actor's and the K-FAC critic's inverses
+    :param kfac_clip_curvature: The curvature ``c`` of the direction ``d`` that the KL clip scales the step by,
+        ``sqrt(2 kfac_clip / c)``: ``"undamped"`` (default, the paper's) ``d^T F_hat d``; ``"damped"`` ``g^T d``, that
+        is ``d^T (F_hat + damping) d`` under the damped Fisher ``d`` was solved with (OpenAI baselines' and Stable-
+        Baselines 2's clip; smaller steps where the damping dominates). Actor and K-FAC critic alike
     :param kfac_stats_decay: The decay of the factors' running averages (OpenAI baselines' ``stats_decay``), in
         [0, 1): ``F <- kfac_stats_decay * F + (1 - kfac_stats_decay) * F_batch``; the first update sets them
     :param critic_fit: How the critic is fitted each update. ``"kfac"`` (default, the paper's): ``n_critic_updates``
         K-FAC steps on its Gauss-Newton matrix, each ``min(learning_rate, sqrt(2 * critic_kfac_clip / d^T F_hat d)) * d``
         with running factors. ``"minibatch"``: ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the
         policy's optimizer (Adam by default) at ``critic_learning_rate``, with the ``max_grad_norm`` clip.
-        ``"lbfgs"``: full-batch L-BFGS of at most ``n_critic_updates`` iterations
+        ``"lbfgs"``: full-batch L-BFGS of at most ``n_critic_updates`` iterations. Every fit moves the critic's own
+        parameters only: with a shared features extractor (``CnnPolicy``'s default) the K-FAC critic's plan holds the
+        value head alone, so the value loss never shapes the shared CNN (which only the actor's natural step moves),
+        where OpenAI baselines' joint update lets it; pass ``policy_kwargs=dict(share_features_extractor=False)`` for a
+        critic with a CNN of its own
     :param critic_kfac_clip: The K-FAC critic's bound on its quadratic model's KL (of the unit-variance Gaussian over
         the returns) per step, > 0; ``None``: ``kfac_clip``
     :param n_critic_updates: The number of critic steps (``"kfac"``), epochs (``"minibatch"``) or iterations
@@ -162,6 +188,8 @@ class ACKTR(NaturalPolicyGradient):
         device: torch.device | str = "auto",
         *,
         kfac_damping: float = 0.01,
+        kfac_damping_mode: str = FACTORED_DAMPING,
+        kfac_clip_curvature: str = UNDAMPED_CURVATURE,
         kfac_stats_decay: float = 0.99,
         critic_fit: str = "kfac",
         critic_kfac_clip: float | None = None,
@@ -181,6 +209,7 @@ class ACKTR(NaturalPolicyGradient):
             kfac_damping,
             kfac_stats_decay,
         )
+        self.kfac_damping_mode, self.kfac_clip_curvature = kfac_damping_mode, kfac_clip_curvature
         self.vf_fisher_coef, self.critic_kfac_clip, self.critic_learning_rate = (
             vf_fisher_coef,
             critic_kfac_clip,
@@ -239,6 +268,8 @@ class ACKTR(NaturalPolicyGradient):
             "kfac_clip": check_positive_or_schedule,
             "kfac_update": POSITIVE_INT,
             "kfac_damping": partial(check_float, low=0.0, low_inclusive=False),
+            "kfac_damping_mode": partial(check_choice, choices=DAMPING_MODES),
+            "kfac_clip_curvature": partial(check_choice, choices=CLIP_CURVATURES),
             "kfac_stats_decay": partial(check_float, low=0.0, high=1.0, high_inclusive=False),
             "ent_coef": NON_NEGATIVE,
             "vf_coef": NON_NEGATIVE,
@@ -282,7 +313,9 @@ class ACKTR(NaturalPolicyGradient):
 
     @property
     def _kfac_settings(self) -> KfacSettings:
-        return KfacSettings(self.kfac_damping, self.kfac_stats_decay, self.kfac_update)
+        return KfacSettings(
+            self.kfac_damping, self.kfac_stats_decay, self.kfac_update, self.kfac_damping_mode, self.kfac_clip_curvature
+        )
 
     def _actor_curvature(self, observations: Observations) -> BatchCurvature:
         """The true-Fisher factors of the actor on a step's samples, over every rank's samples."""
@@ -304,12 +337,18 @@ class ACKTR(NaturalPolicyGradient):
     def _accept_step(self, proposal: StepProposal) -> StepOutcome:
         """
         The step ``min(learning_rate, sqrt(2 * kfac_clip / d^T F_hat d)) * d``: the KL-scaled step (whose quadratic
-        model's KL is ``kfac_clip``), or less where ``learning_rate`` caps it; taken without a line search.
+        model's KL is ``kfac_clip``), or less where ``learning_rate`` caps it; taken without a line search. The KL it
+        returns (logged as ``train/kl_divergence``) is measured on the step's samples, old against new distribution,
+        not the model's; ``train/kl_divergence_over_clip`` is that KL over ``kfac_clip``.
         """
         fraction = min(FULL_STEP, self.current_learning_rate() / proposal.kl_scale)
         proposal.apply(fraction)
         surrogate, kl = proposal.measure()
-        metrics = {"kl_clip_fraction": float(fraction == FULL_STEP), "step_size": fraction * proposal.kl_scale}
+        metrics = {
+            "kl_clip_fraction": float(fraction == FULL_STEP),
+            "kl_divergence_over_clip": kl / self.current_target_kl(),
+            "step_size": fraction * proposal.kl_scale,
+        }
         return StepOutcome(fraction=fraction, surrogate=surrogate, kl=kl, metrics=metrics)
 
     def _update_learning_rate(self, optimizers: list[torch.optim.Optimizer] | torch.optim.Optimizer) -> None:

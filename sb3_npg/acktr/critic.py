@@ -20,7 +20,7 @@ from functools import partial
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from sb3_npg.acktr.kfac_state import KfacSettings, KfacStatistics, quadratic_curvature
+from sb3_npg.acktr.kfac_state import KfacSettings, KfacStatistics, clip_curvature
 from sb3_npg.common.batches import Observations, first_tensor
 from sb3_npg.common.clip import clip_grad_norm_
 from sb3_npg.common.critic import CriticFit
@@ -117,7 +117,7 @@ def kfac_critic_steps(
         grads = [torch.zeros_like(param) if param.grad is None else param.grad for param in critic.params]
         gradient = options.vf_coef * torch.cat([grad.reshape(-1) for grad in grads])
         direction = inverse(gradient)
-        curvature = quadratic_curvature(plan, statistics, direction)
+        curvature = clip_curvature(plan, statistics, direction, gradient, settings)
         if not (math.isfinite(curvature) and curvature > 0.0):
             break
         step_size = min(options.learning_rate, math.sqrt(2.0 * options.kl_clip / curvature))

@@ -5,7 +5,8 @@ buffers of a module attached to the policy, so SB3's ``policy.pth`` carries them
 with ``kfac_update > 1`` the curvature the current inverse was computed from is kept too, and the inverse is
 recomputed from it after loading. :class:`RunningKroneckerSolver` is ACKTR's :class:`~sb3_npg.common.solvers.FisherSolver`:
 it averages each step's true-Fisher factors in and returns K-FAC's direction with its curvature under the undamped
-K-FAC Fisher, ``d^T F_hat d``, which scales the step (the paper's KL clip).
+K-FAC Fisher, ``d^T F_hat d``, which scales the step (the paper's KL clip), or with ``kfac_clip_curvature="damped"``
+its curvature under the damped one, ``g^T d`` (baselines' clip: :func:`clip_curvature`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from sb3_npg.common.batches import Observations
-from sb3_npg.common.kfac import KroneckerFactors
+from sb3_npg.common.kfac import FACTORED_DAMPING, KroneckerFactors
 from sb3_npg.common.kfac_layers import factor_sizes
 from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, kfac_natural_inverse, kfac_product
 from sb3_npg.common.natural_gradient import MatVec
@@ -25,6 +26,12 @@ from sb3_npg.common.solvers import FisherSolver, NaturalDirection
 
 #: The two copies of the curvature a :class:`KfacStatistics` keeps: the running averages, and the inverse's source.
 RUNNING, INVERTED = "running", "inverted"
+#: The KL clip's curvature of a direction ``d``: ``d^T F_hat d`` under the undamped running K-FAC Fisher (the paper's).
+UNDAMPED_CURVATURE = "undamped"
+#: ``g^T d = d^T (F_hat damped) d``, under the damped Fisher the direction was solved with (OpenAI baselines').
+DAMPED_CURVATURE = "damped"
+#: ``kfac_clip_curvature`` options.
+CLIP_CURVATURES = (UNDAMPED_CURVATURE, DAMPED_CURVATURE)
 
 
 @dataclass(frozen=True)
@@ -35,11 +42,16 @@ class KfacSettings:
     :param damping: the Tikhonov damping of the inverse, > 0 (split between the factors by the pi-correction)
     :param decay: the running averages' decay, in ``[0, 1)``: ``F <- decay F + (1 - decay) F_batch``
     :param update_interval: recompute the inverse every this many updates of the averages (``kfac_update``)
+    :param damping_mode: how the damping enters each layer's inverse, one of :data:`~sb3_npg.common.kfac.DAMPING_MODES`
+        (``kfac_damping_mode``)
     """
 
     damping: float
     decay: float
     update_interval: int
+    damping_mode: str = FACTORED_DAMPING
+    #: the curvature the KL clip scales a direction by, one of :data:`CLIP_CURVATURES` (``kfac_clip_curvature``)
+    clip_curvature: str = UNDAMPED_CURVATURE
 
 
 class KfacStatistics(nn.Module):
@@ -70,7 +82,7 @@ class KfacStatistics(nn.Module):
         self.register_buffer("updates", torch.zeros((), dtype=torch.long, device=device))
         self.register_buffer("inverted_at", torch.zeros((), dtype=torch.long, device=device))
         self._inverse: MatVec | None = None
-        self._inverse_damping = 0.0
+        self._inverse_damping: tuple[float, str] | None = None
         # Statistics loaded into a live model (``set_parameters``) must not meet an inverse of the old ones.
         self.register_load_state_dict_post_hook(lambda module, incompatible_keys: module.forget_inverse())
 
@@ -126,15 +138,34 @@ class KfacStatistics(nn.Module):
                     inverted.copy_(running)
             self.inverted_at.copy_(self.updates)
             self._inverse = None
-        if self._inverse is None or self._inverse_damping != settings.damping:
-            self._inverse = kfac_natural_inverse(plan, self.curvature(INVERTED), settings.damping)
-            self._inverse_damping = settings.damping
+        damping = (settings.damping, settings.damping_mode)
+        if self._inverse is None or self._inverse_damping != damping:
+            self._inverse = kfac_natural_inverse(plan, self.curvature(INVERTED), *damping)
+            self._inverse_damping = damping
         return self._inverse
 
 
 def quadratic_curvature(plan: KfacPlan, statistics: KfacStatistics, direction: torch.Tensor) -> float:
     """``d^T F_hat d`` with ``F_hat`` the undamped running K-FAC Fisher: twice the quadratic model's KL of ``d``."""
     return float(torch.dot(direction, kfac_product(plan, statistics.curvature(), direction)))
+
+
+def clip_curvature(
+    plan: KfacPlan, statistics: KfacStatistics, direction: torch.Tensor, gradient: torch.Tensor, settings: KfacSettings
+) -> float:
+    """
+    The curvature the KL clip scales ``direction`` by: :func:`quadratic_curvature` (``"undamped"``), or ``g^T d``
+    (``"damped"``: the damped inverse's own ``d^T (F_hat damped) d``, which OpenAI baselines' clip takes).
+
+    :param plan: the blocks
+    :param statistics: their running curvature
+    :param direction: ``d``, the damped inverse applied to ``gradient``
+    :param gradient: ``g``
+    :param settings: ``settings.clip_curvature`` chooses
+    """
+    if settings.clip_curvature == DAMPED_CURVATURE:
+        return float(torch.dot(direction, gradient))
+    return quadratic_curvature(plan, statistics, direction)
 
 
 class RunningKroneckerSolver(FisherSolver):
@@ -162,5 +193,5 @@ class RunningKroneckerSolver(FisherSolver):
     def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
         self.statistics.update(self.batch_curvature(observations), self.settings.decay)
         direction = self.statistics.inverse(self.plan, self.settings)(gradient)
-        curvature = quadratic_curvature(self.plan, self.statistics, direction)
+        curvature = clip_curvature(self.plan, self.statistics, direction, gradient, self.settings)
         return NaturalDirection(direction, curvature, {"kfac_curvature": curvature})

@@ -104,6 +104,7 @@ NOT_ON_STDOUT = frozenset(
         "line_search_last_kl",
         "target_kl",
         "kfac_curvature",
+        "kl_divergence_over_clip",
         "step_size",
         "value_step_size",
     }

@@ -24,8 +24,12 @@ root, one backward pass per statistic component. At a layer whose outputs are a 
 :func:`gaussian_mean_layer_factor` is that closed form directly: ``G = E[diag(1 / sigma^2)]``. Parameters in no layer
 get exact blocks: a state-independent ``log_std`` has ``GAUSSIAN_LOG_STD_FISHER * I`` (:func:`gaussian_log_std_fisher`).
 
-**Damping** is split between the factors with the pi-correction (section 6.3 of the paper):
-``pi = sqrt((tr(A) / dim(A)) / (tr(G) / dim(G)))``, ``A + pi sqrt(damping) I`` and ``G + sqrt(damping) / pi I``.
+**Damping** has two modes (:data:`DAMPING_MODES`). ``"factored"`` splits it between the factors with the
+pi-correction (section 6.3 of the paper): ``pi = sqrt((tr(A) / dim(A)) / (tr(G) / dim(G)))``, ``A + pi sqrt(damping) I``
+and ``G + sqrt(damping) / pi I``, whose Kronecker product is ``kron(G, A) + damping I`` plus the cross terms
+``sqrt(damping) (pi kron(G, I) + kron(I, A) / pi)``. ``"eigenbasis"`` is exact Tikhonov damping of the Kronecker
+product, ``(kron(G, A) + damping I)^-1``, which the factors' eigenbasis makes diagonal: with ``A = Q_A diag(s_A) Q_A^T``
+and ``G = Q_G diag(s_G) Q_G^T``, its eigenvalues are ``s_G s_A^T + damping`` (OpenAI baselines' default).
 """
 
 from __future__ import annotations
@@ -52,6 +56,12 @@ GAUSSIAN_LOG_STD_FISHER = 2.0
 NEUTRAL_PI = 1.0
 #: The factors are inverted in this precision, whatever the parameters' dtype.
 INVERSION_DTYPE = torch.float64
+#: Pi-corrected damping split between the two factors (Martens and Grosse 2015, section 6.3).
+FACTORED_DAMPING = "factored"
+#: Exact damping of the Kronecker product, ``(kron(G, A) + damping I)^-1``, diagonal in the factors' eigenbasis.
+EIGENBASIS_DAMPING = "eigenbasis"
+#: How the damping enters each layer's inverse (see the module doc).
+DAMPING_MODES = (FACTORED_DAMPING, EIGENBASIS_DAMPING)
 #: A map of tensors: a damped inverse's product with a layer's matrix, or with a flat gradient.
 MatrixMap = Callable[[torch.Tensor], torch.Tensor]
 
@@ -266,21 +276,48 @@ def damped_factors(
     return input_factor + pi * root * eye_a, output_factor + root / pi * eye_g
 
 
-def damped_inverse(input_factor: torch.Tensor, output_factor: torch.Tensor, damping: float) -> MatrixMap:
+def damped_eigenvalues(
+    values_a: torch.Tensor, values_g: torch.Tensor, damping: float, pi: float, mode: str = FACTORED_DAMPING
+) -> torch.Tensor:
     """
-    ``V -> kron(G_d, A_d)^-1 vec(V) = vec(G_d^-1 V A_d^-1)`` with the damped factors, by symmetric eigendecompositions
-    computed once (in ``INVERSION_DTYPE``) for every ``V`` it is applied to: with ``G = Q_G L_G Q_G^T`` and
-    ``A = Q_A L_A Q_A^T``, the damped product's eigenvalues are ``(l_G + sqrt(damping) / pi)(l_A + pi sqrt(damping))``.
+    The eigenvalues of a layer's damped Kronecker product, ``(out, in_ext)``, in the factors' eigenbasis.
+
+    :param values_a: ``A``'s eigenvalues (clamped at 0 here: a factor is positive semi-definite)
+    :param values_g: ``G``'s eigenvalues
+    :param damping: the Tikhonov damping
+    :param pi: the pi-correction (used by ``"factored"`` only)
+    :param mode: one of :data:`DAMPING_MODES`
+    :return: ``(s_G + sqrt(damping) / pi)(s_A + pi sqrt(damping))^T`` (factored) or ``s_G s_A^T + damping`` (eigenbasis)
+    :raises ValueError: for another mode
+    """
+    values_a, values_g = values_a.clamp(min=0.0), values_g.clamp(min=0.0)
+    if mode == FACTORED_DAMPING:
+        root = math.sqrt(damping)
+        return torch.outer(values_g + root / pi, values_a + pi * root)
+    if mode == EIGENBASIS_DAMPING:
+        return torch.outer(values_g, values_a) + damping
+    raise ValueError(f"The damping mode must be one of {DAMPING_MODES}, not {mode!r}")
+
+
+def damped_inverse(
+    input_factor: torch.Tensor, output_factor: torch.Tensor, damping: float, mode: str = FACTORED_DAMPING
+) -> MatrixMap:
+    """
+    ``V -> (damped kron(G, A))^-1 vec(V)``, by symmetric eigendecompositions computed once (in ``INVERSION_DTYPE``)
+    for every ``V`` it is applied to: with ``G = Q_G L_G Q_G^T`` and ``A = Q_A L_A Q_A^T``, the map is
+    ``Q_G ((Q_G^T V Q_A) / E) Q_A^T`` with ``E`` the damped eigenvalues of :func:`damped_eigenvalues`: the pi-corrected
+    damped factors' ``G_d^-1 V A_d^-1`` (``"factored"``), or ``(kron(G, A) + damping I)^-1 vec(V)`` (``"eigenbasis"``).
 
     :param input_factor: ``A``
     :param output_factor: ``G``
     :param damping: the Tikhonov damping
-    :return: the map ``V`` ``(out, in_ext)`` -> ``G_d^-1 V A_d^-1``, in ``V``'s dtype
+    :param mode: one of :data:`DAMPING_MODES`
+    :return: the map ``V`` ``(out, in_ext)`` -> the damped inverse's product, in ``V``'s dtype
     """
-    pi, root = pi_correction(input_factor, output_factor), math.sqrt(damping)
+    pi = pi_correction(input_factor, output_factor)
     values_a, vectors_a = torch.linalg.eigh(input_factor.to(INVERSION_DTYPE))
     values_g, vectors_g = torch.linalg.eigh(output_factor.to(INVERSION_DTYPE))
-    eigenvalues = torch.outer(values_g.clamp(min=0.0) + root / pi, values_a.clamp(min=0.0) + pi * root)
+    eigenvalues = damped_eigenvalues(values_a, values_g, damping, pi, mode)
 
     def apply(matrix: torch.Tensor) -> torch.Tensor:
         rotated = vectors_g.T @ matrix.to(INVERSION_DTYPE) @ vectors_a
@@ -312,17 +349,20 @@ def kfac_fisher_product(
     return flatten_layer_matrices(products, layers)
 
 
-def kfac_inverse(factors: Sequence[KroneckerFactors], layers: Sequence[nn.Module], damping: float) -> MatrixMap:
+def kfac_inverse(
+    factors: Sequence[KroneckerFactors], layers: Sequence[nn.Module], damping: float, mode: str = FACTORED_DAMPING
+) -> MatrixMap:
     """
-    The K-FAC natural-gradient map ``g -> vec(G_d^-1 V A_d^-1)`` per layer, with the pi-corrected damping; each
-    layer's eigendecompositions are computed once, here, for every gradient it is applied to.
+    The K-FAC natural-gradient map, each layer's damped inverse (:func:`damped_inverse`) applied to its part of the
+    gradient; each layer's eigendecompositions are computed once, here, for every gradient it is applied to.
 
     :param factors: each layer's running factors
     :param layers: the layers
     :param damping: the Tikhonov damping
+    :param mode: one of :data:`DAMPING_MODES`: the pi-corrected factored damping, or exact damping in the eigenbasis
     :return: the map from a flat gradient to its preconditioned direction, both in the parameters' order
     """
-    inverses = [damped_inverse(*running.factors(), damping) for running in factors]
+    inverses = [damped_inverse(*running.factors(), damping, mode) for running in factors]
 
     def apply(gradient: torch.Tensor) -> torch.Tensor:
         matrices = layer_matrices(gradient, layers)

@@ -37,6 +37,7 @@ from torch import nn
 from sb3_npg.common.batches import Observations
 from sb3_npg.common.fisher import distribution_statistics, fisher_weights
 from sb3_npg.common.kfac import (
+    FACTORED_DAMPING,
     INVERSION_DTYPE,
     KroneckerFactors,
     expected_output_factors,
@@ -351,22 +352,26 @@ def _damped_block(fisher: torch.Tensor, damping: float) -> torch.Tensor:
     return fisher.to(INVERSION_DTYPE) + damping * torch.eye(len(fisher), dtype=INVERSION_DTYPE, device=fisher.device)
 
 
-def kfac_natural_inverse(plan: KfacPlan, curvature: KfacCurvature, damping: float) -> Callable[[torch.Tensor], torch.Tensor]:
+def kfac_natural_inverse(
+    plan: KfacPlan, curvature: KfacCurvature, damping: float, mode: str = FACTORED_DAMPING
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """
     The K-FAC natural-gradient map ``g -> about (F + damping I)^-1 g``, its inverses computed once, here.
 
-    Each layer's block is inverted as ``kron(G_d, A_d)^-1`` with the damping split by the pi-correction
-    (:func:`.kfac.kfac_inverse`), which is not exactly ``kron(G, A) + damping I``; each exact block is solved with
-    ``block + damping I`` exactly (in ``INVERSION_DTYPE``).
+    Each layer's block is inverted by :func:`.kfac.kfac_inverse`: with ``mode="factored"`` as ``kron(G_d, A_d)^-1``
+    with the damping split by the pi-correction, which is not exactly ``kron(G, A) + damping I``; with
+    ``mode="eigenbasis"`` as ``(kron(G, A) + damping I)^-1`` exactly. Each exact block is solved with
+    ``block + damping I`` exactly (in ``INVERSION_DTYPE``), in either mode.
 
     :param plan: the plan
     :param curvature: its running curvature
     :param damping: the Tikhonov damping, > 0
+    :param mode: one of :data:`.kfac.DAMPING_MODES`
     :return: the map from a gradient to its direction, both in the actor parameters' order
     """
     if not damping > 0.0:
         raise ValueError(f"The damping must be positive, not {damping}")
-    layers = kfac_inverse(curvature.layer_factors, plan.layers, damping) if plan.layers else None
+    layers = kfac_inverse(curvature.layer_factors, plan.layers, damping, mode) if plan.layers else None
     blocks = [
         torch.linalg.inv(
             fisher.to(INVERSION_DTYPE) + damping * torch.eye(len(fisher), dtype=INVERSION_DTYPE, device=fisher.device)
