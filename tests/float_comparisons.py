@@ -112,3 +112,21 @@ def to_float64(model: Any) -> Any:
     if dtypes != {torch.float64}:
         raise TypeError(f"the policy kept parameters of {dtypes}")
     return model
+
+
+def float64_buffer(model: Any) -> None:
+    """Replace the float fields of ``model``'s rollout buffer by float64 copies (the data itself unchanged)."""
+    buffer = model.rollout_buffer
+    for name in FLOAT_BUFFER_FIELDS:
+        setattr(buffer, name, getattr(buffer, name).astype(np.float64))
+
+
+def preprocess_to_float64(monkeypatch: Any) -> None:
+    """
+    Make SB3's preprocessing of Box observations give float64 (it gives float32): a model built without
+    :class:`Float64Flatten`, cast by :func:`to_float64` after it was trained or loaded, can then run in float64.
+    """
+    import stable_baselines3.common.policies as sb3_policies
+
+    preprocess = sb3_policies.preprocess_obs
+    monkeypatch.setattr(sb3_policies, "preprocess_obs", lambda *args, **kwargs: preprocess(*args, **kwargs).double())

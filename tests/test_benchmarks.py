@@ -40,11 +40,12 @@ def test_bench_fisher_contenders_compute_the_same_product():
     observations = next(model.rollout_buffer.get(batch_size=None)).observations
     vector = torch.randn(sum(p.numel() for p in model.actor_parameters), generator=torch.Generator().manual_seed(0))
     products = {name: build(model, observations)(vector) for name, build in bench_fisher.CONTENDERS.items()}
+    scale = float(products["autograd"].abs().max())  # float32 products of 64 samples: compared to sqrt(eps) of their scale
     for name, product in products.items():
-        assert torch.allclose(product, products["autograd"], rtol=1e-4, atol=1e-6), name
+        assert torch.allclose(product, products["autograd"], rtol=1e-4, atol=1e-4 * scale), name
     every_fifth = bench_fisher.CONTENDERS["analytic"](model, observations[::5])(vector)
     sliced = bench_fisher.analytic_sliced(model, model.policy.get_distribution(observations), 5)(vector)
-    assert torch.allclose(sliced, every_fifth, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(sliced, every_fifth, rtol=1e-4, atol=1e-4 * float(every_fifth.abs().max()))
 
 
 def test_bench_learn_table_and_resume(tmp_path, monkeypatch):

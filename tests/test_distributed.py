@@ -214,8 +214,10 @@ def test_vec_normalize_statistics_become_those_of_all_ranks_samples(tmp_path):
     everything = np.concatenate([block for round_samples in samples for block in round_samples])
     reference = RunningMeanStd(shape=(3,))
     reference.update(everything)
+    # portable: numpy float64 moments of 200 samples
     assert np.allclose(mean, reference.mean) and np.allclose(var, reference.var, rtol=1e-6)
     assert count == pytest.approx(reference.count, abs=WORLD_SIZE * 1e-4)  # each rank's initial epsilon count, once
+    # portable: numpy float64 moments of 200 samples
     assert return_var == pytest.approx(everything[:, 0].var(), rel=1e-5)
 
 

@@ -20,7 +20,9 @@ def test_analytic_and_autograd_fisher_take_the_same_step(env_id):
     analytic, autograd = (get_flat_params(models[f].actor_parameters) for f in ("analytic", "autograd"))
     start = get_flat_params(filled(NPG, env_id).actor_parameters)
     assert not torch.allclose(analytic, start)
-    assert torch.allclose(analytic - start, autograd - start, rtol=1e-3, atol=1e-6)
+    # The two products differ by float32 rounding, which CG amplifies: compared to 1e-3 of the step's largest entry.
+    step = float((autograd - start).abs().max())
+    assert torch.allclose(analytic - start, autograd - start, rtol=1e-3, atol=1e-3 * step)
 
 
 @pytest.mark.parametrize("fisher", ["analytic", "autograd"])
@@ -45,6 +47,7 @@ def test_fisher_sub_sampling_uses_every_nth_sample_for_the_fisher_only(fisher, m
     strided.train()
     assert slice(None, None, 5) in selections
     # The gradient is the same (whole batch, same base point); the Fisher is the subset's.
+    # portable: the same gradient computation on the same data in one process, no amplifying step: a few ulps
     assert logged(full, "policy_grad_norm") == pytest.approx(logged(strided, "policy_grad_norm"), rel=1e-6)
     if fisher == "analytic":
         assert fisher_batch_sizes == [TINY["n_steps"], len(range(0, TINY["n_steps"], 5))]

@@ -72,7 +72,9 @@ def test_kfac_equals_the_fisher_of_a_linear_gaussian_policy_and_not_of_a_deeper_
     generator = torch.Generator().manual_seed(1)
     layers, factors, exact, output = _gaussian_kfac_and_fisher(nn.Sequential(_linear(OBS_DIM, ACTION_DIM, 0)), obs)
     std = torch.tensor(LOG_STD, dtype=DTYPE).exp()
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(output[0], gaussian_mean_layer_factor(std), rtol=1e-14, atol=0.0)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(output[0], torch.diag(std.pow(-2)), rtol=1e-14, atol=0.0)
     size = sum(param.numel() for param in layer_parameters(layers))
     for _ in range(5):
@@ -103,6 +105,7 @@ def test_kfac_product_is_kron_g_a_in_the_row_major_order_of_weight_then_bias():
     assert row_major[OBS_DIM + 1, 0] == 0.0 and row_major[0, 0] == 1.0
     assert row_major[(OBS_DIM + 1) + OBS_DIM, weight_index] == 1.0
     input_, output = factors.factors()
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(dense, row_major.T @ torch.kron(output, input_) @ row_major, rtol=1e-13, atol=1e-14)
 
 
@@ -163,10 +166,12 @@ def test_the_damped_inverse_is_a_dense_solve_with_the_pi_corrected_damped_kronec
     in_ext, out, damping = OBS_DIM + 1, ACTION_DIM, 1e-2
     a, g = _random_spd(in_ext, 30.0, generator), _random_spd(out, 0.01, generator)  # unequal scales: pi far from 1
     pi = math.sqrt((float(torch.trace(a)) / in_ext) / (float(torch.trace(g)) / out))
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert pi_correction(a, g) == pytest.approx(pi, rel=1e-14) and pi > 10.0
     a_damped = a + pi * math.sqrt(damping) * torch.eye(in_ext, dtype=DTYPE)
     g_damped = g + math.sqrt(damping) / pi * torch.eye(out, dtype=DTYPE)
     for actual, expected in zip(damped_factors(a, g, damping), (a_damped, g_damped), strict=True):
+        # portable: float64 (DTYPE): closed forms against a few products and sums
         assert torch.allclose(actual, expected, rtol=1e-14, atol=0.0)
     matrix = torch.randn(out, in_ext, generator=generator, dtype=DTYPE)
     dense = torch.linalg.solve(torch.kron(g_damped, a_damped), matrix.reshape(-1)).reshape(out, in_ext)
@@ -235,7 +240,9 @@ def test_factors_are_exponential_moving_averages_set_outright_by_the_first_updat
     expected_g = sum(weight * output for weight, output in zip(weights, outputs, strict=True))
     actual_a, actual_g = factors.factors()
     assert factors.updates == count
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(actual_a, expected_a, rtol=1e-13, atol=0.0)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(actual_g, expected_g, rtol=1e-13, atol=0.0)
     with pytest.raises(ValueError, match="decay"):
         factors.update(inputs[0], outputs[0], decay=1.0)
@@ -247,9 +254,13 @@ def test_the_input_factor_has_a_bias_column_of_ones():
     obs = _observations(50, seed=10)
     a = input_factor(_linear(OBS_DIM, ACTION_DIM, 0), obs)
     assert a.shape == (OBS_DIM + 1, OBS_DIM + 1)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert float(a[-1, -1]) == pytest.approx(1.0, rel=1e-15)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(a[:-1, -1], obs.mean(dim=0), rtol=1e-13, atol=0.0)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(a[-1, :-1], obs.mean(dim=0), rtol=1e-13, atol=0.0)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(a[:-1, :-1], obs.T @ obs / len(obs), rtol=1e-13, atol=0.0)
     assert input_factor(_linear(OBS_DIM, ACTION_DIM, 0, bias=False), obs).shape == (OBS_DIM, OBS_DIM)
 
@@ -263,6 +274,7 @@ def test_the_log_std_block_is_the_hessian_of_the_mean_kl():
     kl = kl_divergence(old, Normal(mean, log_std.exp())).sum(-1).mean()
     product = fisher_vector_product(kl, [log_std], damping=0.0)
     hessian = torch.stack([product(column) for column in torch.eye(ACTION_DIM, dtype=DTYPE)], dim=1)
+    # portable: float64 (DTYPE): closed forms against a few products and sums
     assert torch.allclose(gaussian_log_std_fisher(log_std), hessian, rtol=1e-12, atol=1e-14)
 
 

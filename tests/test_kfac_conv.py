@@ -34,6 +34,7 @@ def test_the_weight_gradient_is_the_sum_over_locations_of_output_gradients_times
     rows = expanded_inputs(conv, images)  # (n * T, C * k * k + 1)
     gradients = signal.permute(0, 2, 3, 1).reshape(-1, OUT)  # (n * T, out), the same (sample, location) order
     expected = torch.cat([weight_grad.view(OUT, -1), bias_grad.view(-1, 1)], dim=1)
+    # portable: float64 (DTYPE): sums of products over a few hundred patches
     torch.testing.assert_close(gradients.T @ rows, expected, rtol=1e-12, atol=1e-12)
     assert factor_sizes(conv) == (CHANNELS * KERNEL * KERNEL + 1, OUT)
 
@@ -44,6 +45,7 @@ def test_the_output_factor_sums_over_locations_and_averages_over_samples():
         sum(torch.outer(gradients[n, :, h, w], gradients[n, :, h, w]) for n in range(3) for h in range(4) for w in range(2))
         / 3
     )
+    # portable: float64 (DTYPE): sums of products over a few hundred patches
     torch.testing.assert_close(output_factor(gradients), expected, rtol=1e-12, atol=0.0)
 
 

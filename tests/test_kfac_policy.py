@@ -164,6 +164,7 @@ def test_a_parameter_in_no_block_is_refused_or_preconditioned_by_the_identity():
     gradient = torch.randn(plan.order.numel(), generator=torch.Generator().manual_seed(2), dtype=DTYPE)
     mask = _mask(actor, [policy.features_extractor.scale]).bool()
     direction = kfac_natural_direction(plan, curvature, gradient, DAMPING)
+    # portable: float64 policy (DTYPE): a few products and sums
     assert torch.allclose(direction[mask], gradient[mask] / (1.0 + DAMPING), rtol=1e-12, atol=0.0)
 
 
@@ -216,6 +217,7 @@ def test_the_gsde_log_std_block_is_the_hessian_of_the_mean_kl(full_std, use_expl
     _, _, curvature = _curvature(policy, observations)
     (block,) = curvature.blocks()
     hessian = _dense(_exact_fisher(policy, [policy.log_std], observations), policy.log_std.numel())
+    # portable: float64 policy (DTYPE): a few products and sums
     assert torch.allclose(block, hessian, rtol=1e-10, atol=1e-12 * float(hessian.abs().max()))
 
 
@@ -317,7 +319,9 @@ def test_the_running_average_of_an_exact_block_weighs_the_past_by_the_decay():
     assert _relative_error(second.block_fishers[0], first_block) > 0.01  # the two batches' blocks differ
     curvature.update(second, ASYMMETRIC_DECAY)
     expected = ASYMMETRIC_DECAY * first_block + (1 - ASYMMETRIC_DECAY) * second.block_fishers[0]
+    # portable: float64 policy (DTYPE): a few products and sums
     torch.testing.assert_close(curvature.blocks()[0], expected, rtol=1e-12, atol=0.0)  # float64, two products and a sum
     for running, first, new in zip(curvature.layer_factors[0].factors(), first_factors, second.layer_factors[0], strict=True):
         expected_factor = ASYMMETRIC_DECAY * first + (1 - ASYMMETRIC_DECAY) * new.to(first.dtype)
+        # portable: float64 policy (DTYPE): a few products and sums
         torch.testing.assert_close(running, expected_factor, rtol=1e-12, atol=1e-15)

@@ -17,6 +17,7 @@ PER_DIMENSION = {"target_kl": 0.01, "cg_damping": 0.1}
 #: bits; SB3 already sums a MultiDiscrete's sub-actions), written out rather than computed by the code under test.
 KL_COMPONENTS = {"discrete": 1, "box": 3, "multi_discrete": 1, "multi_binary": 3}
 #: Two models built alike and given the same radius and damping take the same step, up to float32 rounding.
+# portable: one process, the same computation; the radii differ by one float64 ulp (3 * 0.01 against 0.03)
 SAME_STEP_RTOL = 1e-5
 
 

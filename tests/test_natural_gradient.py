@@ -38,11 +38,14 @@ def test_conjugate_gradient_matches_linear_solve(n):
     matrix = _random_spd(n, generator)
     b = torch.randn(n, generator=generator, dtype=torch.float64)
     result = conjugate_gradient(lambda v: matrix @ v, b, max_steps=4 * n, residual_tol=1e-20)
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert torch.allclose(result.solution, torch.linalg.solve(matrix, b), rtol=1e-6, atol=1e-8)
     assert result.converged and not result.curvature_failure
     residual = float(torch.sum((b - matrix @ result.solution) ** 2) / torch.sum(b**2))
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert result.residual == pytest.approx(residual, abs=1e-12)
     solution = result.solution
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert result.solution_curvature == pytest.approx(float(solution @ matrix @ solution), rel=1e-9)
     assert 1 <= result.iterations <= 4 * n
 
@@ -56,7 +59,9 @@ def test_conjugate_gradient_stops_relative_to_the_right_hand_side_so_scale_chang
     reference = conjugate_gradient(lambda v: matrix @ v, b, max_steps=30, residual_tol=1e-10)
     scaled = conjugate_gradient(lambda v: matrix @ v, scale * b, max_steps=30, residual_tol=1e-10)
     assert 3 <= reference.iterations < 30 and scaled.iterations == reference.iterations
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert torch.allclose(scaled.solution, scale * reference.solution, rtol=1e-9, atol=0.0)
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert scaled.residual == pytest.approx(reference.residual, rel=1e-6)
 
 
@@ -154,6 +159,7 @@ def test_fisher_vector_product_equals_hessian_of_mean_kl(make):
     generator = torch.Generator().manual_seed(1)
     for _ in range(3):
         vector = torch.randn(theta0.numel(), generator=generator, dtype=torch.float64)
+        # portable: float64: two exact derivatives of the same KL
         assert torch.allclose(product(vector), hessian @ vector, rtol=1e-6, atol=1e-10)
     assert torch.allclose(fisher_vector_product(kl, params, damping=0.5)(vector), hessian @ vector + 0.5 * vector)
 
@@ -180,6 +186,7 @@ def test_gauss_newton_product_equals_explicit_jacobian_form():
     product = gauss_newton_vector_product(statistics, params, weights, damping=0.25)
     vector = torch.randn(expected.shape[0] + 2, dtype=torch.float64)
     result = product(vector)
+    # portable: float64: one product against its explicit Jacobian form
     assert torch.allclose(result[:-2], expected @ vector[:-2] + 0.25 * vector[:-2], rtol=1e-10)
     assert torch.allclose(result[-2:], 0.25 * vector[-2:]), "a parameter the statistics ignore gets only the damping"
 

@@ -4,9 +4,10 @@ What it pins. For each case of :data:`CASES` (NPG and TRPO, Discrete and Box, th
 through an update), every policy parameter and the KL from the behaviour policy that the last update logged
 (``train/kl_divergence``) after ``learn(n * n_steps)`` with seed 0, where n is 5, or 1 for the cases of
 :data:`ONE_UPDATE`. The runs are float64: the policy cast with ``policy.to(torch.float64)`` behind a features
-extractor that casts the observations to the policy's dtype (:class:`~tests.float_comparisons.Float64Flatten`; SB3's preprocessing casts Box
-observations to float32 first) and a rollout buffer whose rewards, values, log-probabilities, returns and advantages
-are float64 (:class:`~tests.float_comparisons.Float64RolloutBuffer`; SB3's are float32). They start from the recorded initial parameters:
+extractor that casts the observations to the policy's dtype (``tests/float_comparisons.py``'s ``Float64Flatten``;
+SB3's preprocessing casts Box observations to float32 first) and a rollout buffer whose rewards, values,
+log-probabilities, returns and advantages are float64 (``Float64RolloutBuffer``; SB3's are float32). They start from
+the recorded initial parameters:
 SB3's orthogonal initialization is float32 LAPACK (QR), whose rounding depends on the CPU's kernels, so every machine
 starts from the same bits; the initialization itself is compared separately. The float64 buffer makes SB3's rollout
 loop collect (the fast loop takes SB3's own buffers only; ``tests/test_rollouts.py`` pins it to SB3's loop bit for
@@ -142,6 +143,7 @@ MARGIN = 1000
 #: The measured spread of the initialization (float32 LAPACK), over every case.
 INITIAL_SPREAD = 5.3e-7
 #: The smallest tolerance, for a case whose spread was zero.
+# portable: float64 runs; the floor of a case whose spread across kernels was zero
 SMALLEST_RTOL = 1e-12
 
 

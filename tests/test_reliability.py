@@ -26,6 +26,7 @@ from sb3_npg.common import NonFiniteParametersError
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.natural_gradient import get_flat_params
 from sb3_npg.common.solvers import FisherSolver, NaturalDirection
+from tests.float_comparisons import reduction_tolerance
 from sb3_npg.common.persistence import FORMAT_KEY, FORMAT_VERSION, ScaledSchedule, convert_sb3_contrib_trpo
 
 TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
@@ -458,7 +459,9 @@ def test_the_conversion_factor_is_how_much_larger_our_kl_is_than_sb3_contribs(ac
     new = frozen_distribution(model.policy, observations)
     ours, theirs = float(mean_kl(old, new)), float(kl_divergence(old, new).mean())
     assert theirs > 1e-3
-    assert ours == pytest.approx(kl_components(model.action_space) * theirs, rel=1e-5)
+    # Two float32 means of the same non-negative per-dimension KLs, summed in other orders: each within gamma_n.
+    rtol = 2 * reduction_tolerance(observations.shape[0] * kl_components(model.action_space), torch.float32)
+    assert ours == pytest.approx(kl_components(model.action_space) * theirs, rel=rtol)
 
 
 def test_an_sb3_contrib_multi_discrete_file_keeps_its_trust_region(tmp_path):

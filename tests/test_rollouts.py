@@ -55,6 +55,7 @@ def assert_same_rollouts(make_model):
     for number, (got, want) in enumerate(zip(mine, reference, strict=True)):
         for field, expected in want.items():
             if field in ROUNDED_FIELDS:
+                # portable: float32, one forward pass in another batch shape: sums of 64 terms, far below 1e-5 of values near 1
                 assert np.allclose(got[field], expected, rtol=1e-5, atol=1e-5), f"rollout {number}: {field}"
             else:
                 assert np.array_equal(got[field], expected), f"rollout {number}: {field}"
@@ -171,6 +172,7 @@ def test_a_policy_that_overrides_a_loop_method_gets_sb3s_loop_and_says_so():
     with torch.no_grad():
         observations = torch.as_tensor(model.rollout_buffer.observations.reshape(N_STEPS, -1))
         plain = model.policy.predict_values(observations).flatten().numpy()
+    # portable: one float32 addition of 1.0 to values near 1: an ulp
     assert np.allclose(model.rollout_buffer.values.flatten(), plain + 1.0, atol=1e-5)
 
 

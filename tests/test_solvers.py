@@ -32,7 +32,9 @@ def _spd(size: int, seed: int = 0) -> torch.Tensor:
 def test_conjugate_gradient_solves_and_gives_the_curvature_of_its_solution():
     matrix, gradient = _spd(6), torch.linspace(-1.0, 1.0, 6, dtype=torch.float64)
     solved = ConjugateGradientSolver(max_steps=50, residual_tol=1e-24).solve(gradient, lambda v: matrix @ v, None)
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert torch.allclose(solved.direction, torch.linalg.solve(matrix, gradient), rtol=1e-8)
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert solved.curvature == pytest.approx(float(solved.direction @ matrix @ solved.direction), rel=1e-8)
     assert solved.events == () and set(solved.diagnostics) == {"cg_iterations", "cg_residual"}
     assert solved.diagnostics["cg_iterations"] <= 6 + 1
@@ -81,6 +83,7 @@ def test_another_solver_in_its_place_sets_the_direction_of_the_step(algo):
     assert len(solver.gradients) == 1 and model.logger.name_to_value["train/gradient_solver_calls"] == 1.0
     assert model.logger.name_to_value["train/step_fraction"] > 0.0
     cosine = float(step @ solver.gradients[0] / (step.norm() * solver.gradients[0].norm()))
+    # portable: the parameters' float32 rounding is far below this step (target_kl 1e-3); the cosine drops by its square
     assert cosine == pytest.approx(1.0, abs=1e-5)  # the step lies along the solver's direction
 
 
@@ -90,9 +93,11 @@ def test_preconditioned_conjugate_gradient_needs_one_product_with_the_exact_inve
     preconditioned = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20, lambda v: torch.linalg.solve(matrix, v))
     plain = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20)
     assert preconditioned.iterations == 1 < plain.iterations
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert torch.allclose(preconditioned.solution, exact, rtol=1e-9) and torch.allclose(plain.solution, exact, rtol=1e-6)
     # A diagonal preconditioner keeps the solution and the stopping rule on the same residual.
     jacobi = conjugate_gradient(lambda v: matrix @ v, gradient, 50, 1e-20, lambda v: v / torch.diagonal(matrix))
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert jacobi.converged and torch.allclose(jacobi.solution, exact, rtol=1e-6)
 
 
@@ -110,6 +115,7 @@ def test_kfac_step_curvature_is_the_damped_fisher_quadratic_form():
     assert torch.equal(solved.direction, direction)
     quadratic_form, gradient_form = float(direction @ matrix @ direction), float(direction @ gradient)
     assert abs(quadratic_form - gradient_form) > 0.1 * quadratic_form  # the case tells the two apart
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert solved.curvature == pytest.approx(quadratic_form, rel=1e-12)  # float64, one dot product of 6 terms
 
 
@@ -121,6 +127,7 @@ def test_kfac_cg_residual_is_relative_to_the_gradient_and_scale_free(scale):
     unit = torch.linspace(-1.0, 2.0, 6, dtype=torch.float64)
     residual = unit - matrix @ (unit / torch.diagonal(matrix))
     expected = float(residual @ residual / (unit @ unit))
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert 0.0 < expected and solved.diagnostics["cg_residual"] == pytest.approx(expected, rel=1e-10)
 
 
@@ -144,6 +151,7 @@ def test_preconditioned_cg_solver_applies_its_preconditioning_on_the_steps_sampl
     assert len(built_on) == 1 and built_on[0] is samples
     assert solved.diagnostics["cg_iterations"] == 1.0 < plain.diagnostics["cg_iterations"]
     assert len(applied) == 1 + 1  # the first residual, then the one iterate's
+    # portable: float64: a small well-conditioned system, solved to convergence
     assert torch.allclose(solved.direction, torch.linalg.solve(matrix, gradient), rtol=1e-9)
 
 
