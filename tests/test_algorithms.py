@@ -434,3 +434,20 @@ def test_a_schedule_value_that_is_negative_or_not_finite_stops_training_naming_t
     with pytest.raises(ValueError, match=r"`target_kl`.* gives .* at progress_remaining=0\.5"):
         model.learn(4 * TINY["n_steps"])
     assert model._n_updates == 1  # the second update (at progress 0.5) stopped before its natural step
+
+
+def test_a_rollout_too_small_to_normalize_names_both_ways_out():
+    with pytest.raises(
+        ValueError, match=r"raise `n_steps` or the number of environments, or pass `normalize_advantage=False`"
+    ):
+        NPG("MlpPolicy", "CartPole-v1", n_steps=1, batch_size=1, device="cpu")
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_tensorboard_logging_without_tensorboard_says_which_extra_to_install(algo, tmp_path, monkeypatch):
+    from stable_baselines3.common import utils as sb3_utils
+
+    monkeypatch.setattr(sb3_utils, "SummaryWriter", None)  # as if tensorboard were not installed
+    model = algo("MlpPolicy", "CartPole-v1", tensorboard_log=str(tmp_path), **TINY)
+    with pytest.raises(ImportError, match=r'tensorboard is not installed.*pip install "sb3-npg\[tensorboard\]"'):
+        model.learn(TINY["n_steps"])
