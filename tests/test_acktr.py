@@ -8,11 +8,13 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
+from stable_baselines3.common.utils import LinearSchedule
 
 import tests.test_integration as integration
 import tests.test_logging as logging_tests
 import tests.test_rollouts as rollouts
 from sb3_npg import ACKTR
+from sb3_npg.acktr import sb2_acktr_kwargs
 from sb3_npg.acktr.acktr import ACKTR_LOGGED_KEYS
 from sb3_npg.acktr.critic import critic_batch_curvature
 from sb3_npg.common.algorithm import NOT_ON_STDOUT
@@ -412,3 +414,52 @@ def test_the_normalized_critics_gauss_newton_factors_are_those_of_its_normalized
         # of each factor's scale (its entries are means of products of those gradients, or of the same inputs).
         # portable: float32, one multiplication and one division per gradient, then means of 32: within gamma_32 (2e-6)
         torch.testing.assert_close(moved, unit, rtol=0.0, atol=1e-5 * float(unit.abs().max()))
+
+
+class SnapshotACKTR(ACKTR):
+    """ACKTR keeping the policy's parameters before and after each update."""
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.updates: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def train(self) -> None:
+        before = get_flat_params(list(self.policy.parameters())).clone()
+        super().train()
+        self.updates.append((before, get_flat_params(list(self.policy.parameters())).clone()))
+
+
+#: Two updates of TINY's rollouts run at remaining progress 0.5 and 0.
+TWO_UPDATES = 2 * TINY["n_steps"]
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"learning_rate": LinearSchedule(0.25, 0.0, 1.0)},
+        {"learning_rate": lambda remaining: 0.25 * remaining},
+        {"kfac_clip": LinearSchedule(0.001, 0.0, 1.0)},
+    ],
+    ids=["linear_lr", "lambda_lr", "linear_kfac_clip"],
+)
+def test_a_schedule_reaching_0_finishes_learn_and_its_last_update_moves_nothing(option):
+    model = SnapshotACKTR("MlpPolicy", "Pendulum-v1", **{**TINY, **option})
+    model.learn(TWO_UPDATES)
+    (first_before, first_after), (last_before, last_after) = model.updates
+    assert not torch.equal(first_before, first_after)  # actor and critic moved at progress 0.5
+    assert torch.equal(last_before, last_after)  # at progress 0: a zero step for the actor and the critic
+    assert model.logger.name_to_value["train/step_fraction"] == 0.0
+
+
+def test_a_kfac_clip_schedule_below_0_names_kfac_clip():
+    model = ACKTR("MlpPolicy", "CartPole-v1", kfac_clip=lambda remaining: 0.001 if remaining > 0.5 else -1.0, **TINY)
+    with pytest.raises(ValueError, match=r"`kfac_clip` must be .* gives -1\.0 at progress_remaining=0\.5") as raised:
+        model.learn(4 * TINY["n_steps"])
+    assert "target_kl" not in str(raised.value)
+
+
+def test_an_sb2_configuration_with_its_linear_lr_schedule_finishes_learn():
+    kwargs = sb2_acktr_kwargs(lr_schedule="linear")
+    model = SnapshotACKTR("MlpPolicy", "CartPole-v1", device="cpu", **kwargs)
+    model.learn(2 * kwargs["n_steps"])
+    assert len(model.updates) == 2 and torch.equal(*model.updates[-1])  # the linear schedule's last step is zero

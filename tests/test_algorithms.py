@@ -20,6 +20,7 @@ from sb3_npg.common.distributed import Reducer
 from sb3_npg.common.distributions import frozen_distribution, mean_kl
 from sb3_npg.common.natural_gradient import fisher_vector_product, get_flat_params, set_flat_params_
 from sb3_npg.common.natural_step import StepProposal
+from sb3_npg.common.validation import scheduled_value
 
 TINY = {"n_steps": 256, "batch_size": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
 # Lightly damped, converged CG: the step's KL then follows the quadratic model, target_kl * s^T F s / s^T (F + d I) s.
@@ -408,9 +409,45 @@ def test_trpo_accepts_a_candidate_within_the_schedules_radius_at_the_current_pro
 
 
 @pytest.mark.parametrize("algo", [NPG, TRPO])
-@pytest.mark.parametrize("value", [0.0, -0.01, math.nan, math.inf])
-def test_a_schedule_value_that_is_not_a_positive_finite_number_stops_training_naming_target_kl(algo, value):
+@pytest.mark.parametrize(
+    "schedule", [LinearSchedule(0.02, 0.0, 1.0), lambda remaining: 0.02 * remaining], ids=["sb3", "lambda"]
+)
+def test_a_target_kl_schedule_reaching_0_takes_no_step_at_the_end(algo, schedule, tmp_path):
+    model, radii, logged_radii = _learn_four_updates(algo, tmp_path, schedule)
+    # The last update (radius 0) proposes no step (three radii solved for, four logged), refuses none, moves nothing.
+    assert radii == pytest.approx([0.015, 0.01, 0.005]) and logged_radii == pytest.approx([0.015, 0.01, 0.005, 0.0])
+    assert logged(model, "step_fraction") == 0.0 and logged(model, "kl_divergence") == 0.0
+    assert logged(model, "surrogate_improvement") == 0.0 and model.skipped_steps == 0
+
+
+def test_a_schedule_value_within_rounding_of_0_is_0_and_progress_past_the_end_is_the_end():
+    assert scheduled_value("target_kl", lambda remaining: 0.25 if remaining > 0 else -1e-12, 0.0) == 0.0
+    assert scheduled_value("target_kl", lambda remaining: 0.25 * remaining, -0.3) == 0.0  # learn() overshot
+    with pytest.raises(ValueError, match=r"`target_kl`.* gives -0\.001 at progress_remaining=0"):
+        scheduled_value("target_kl", lambda remaining: 0.25 if remaining > 0 else -1e-3, 0.0)
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+@pytest.mark.parametrize("value", [-0.01, math.nan, math.inf])
+def test_a_schedule_value_that_is_negative_or_not_finite_stops_training_naming_target_kl(algo, value):
     model = algo("MlpPolicy", "Pendulum-v1", target_kl=lambda remaining: 0.01 if remaining > 0.5 else value, **TINY)
     with pytest.raises(ValueError, match=r"`target_kl`.* gives .* at progress_remaining=0\.5"):
         model.learn(4 * TINY["n_steps"])
     assert model._n_updates == 1  # the second update (at progress 0.5) stopped before its natural step
+
+
+def test_a_rollout_too_small_to_normalize_names_both_ways_out():
+    with pytest.raises(
+        ValueError, match=r"raise `n_steps` or the number of environments, or pass `normalize_advantage=False`"
+    ):
+        NPG("MlpPolicy", "CartPole-v1", n_steps=1, batch_size=1, device="cpu")
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO])
+def test_tensorboard_logging_without_tensorboard_says_which_extra_to_install(algo, tmp_path, monkeypatch):
+    from stable_baselines3.common import utils as sb3_utils
+
+    monkeypatch.setattr(sb3_utils, "SummaryWriter", None)  # as if tensorboard were not installed
+    model = algo("MlpPolicy", "CartPole-v1", tensorboard_log=str(tmp_path), **TINY)
+    with pytest.raises(ImportError, match=r'tensorboard is not installed.*pip install "sb3-npg\[tensorboard\]"'):
+        model.learn(TINY["n_steps"])

@@ -20,6 +20,9 @@ from sb3_npg import NPG, TRPO
 
 ENVS = {"discrete": "CartPole-v1", "box": "Pendulum-v1"}
 FIXED = {"policy_kwargs": {"net_arch": [8]}, "device": "cpu", "seed": 0}
+#: Hypothesis draws the same examples on every run and machine (no random seed, no example database): a failure
+#: seen once is seen again.
+REPRODUCIBLE = {"derandomize": True, "database": None}
 #: Invalid draws (per option) fail at construction, in milliseconds; valid ones train for one update.
 N_INVALID_EXAMPLES = 15
 N_VALID_EXAMPLES = 40
@@ -66,8 +69,14 @@ def _bool_option():
 
 
 _target_kl_numbers, _target_kl_invalid = _float_option(0.0, math.inf, exclude_low=True, sample_high=1.0)
-#: ``target_kl`` may be a schedule of the remaining progress, > 0 at every progress (the last update's, 0, included).
-_target_kl_schedules = st.sampled_from([LinearSchedule(0.05, 0.005, end_fraction=1.0), lambda progress: 0.01 * (1 + progress)])
+#: ``target_kl`` may be a schedule of the remaining progress, >= 0 at every progress (0 at the last update: no step).
+_target_kl_schedules = st.sampled_from(
+    [
+        LinearSchedule(0.05, 0.005, end_fraction=1.0),
+        lambda progress: 0.01 * (1 + progress),
+        LinearSchedule(0.05, 0.0, end_fraction=1.0),
+    ]
+)
 
 OPTIONS = {
     "learning_rate": (
@@ -164,14 +173,14 @@ def _check(algo, config):
     [(NPG, name) for name in sorted(OPTIONS)] + [(TRPO, name) for name in sorted({**OPTIONS, **LINE_SEARCH_OPTIONS})],
     ids=lambda value: getattr(value, "__name__", value),
 )
-@settings(max_examples=N_INVALID_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=N_INVALID_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], **REPRODUCIBLE)
 @given(data=st.data())
 def test_every_invalid_draw_is_refused_at_construction_naming_the_option(algo, option, data):
     _check(algo, data.draw(configurations(algo, invalid=option)))
 
 
 @pytest.mark.parametrize("algo", [NPG, TRPO], ids=lambda algo: algo.__name__)
-@settings(max_examples=N_VALID_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=N_VALID_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], **REPRODUCIBLE)
 @given(data=st.data())
 def test_every_valid_draw_constructs_and_completes_an_update(algo, data):
     _check(algo, data.draw(configurations(algo)))

@@ -52,3 +52,11 @@ def test_demo_saves_both_models_and_prints_the_table(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["npg_CartPole-v1.zip", "trpo_CartPole-v1.zip"]
     printed = capsys.readouterr().out
     assert "| NPG       | its defaults " in printed and "| TRPO      | its defaults " in printed
+    assert "NPG's and TRPO's rows are identical" in printed or "TRPO's line search shortened or refused" in printed
+
+
+def test_demo_says_why_trpos_row_is_npgs_only_when_every_step_was_full():
+    note = _load("demo").trpo_rows_note
+    assert note([1.0, 1.0, 1.0]).startswith("NPG's and TRPO's rows are identical") and "all 3 updates" in note([1.0] * 3)
+    assert "identical" not in note([1.0, 0.5, 1.0]) and "1 of 3" in note([1.0, 0.5, 1.0])
+    assert "identical" not in note([0.0]) and "identical" not in note([])

@@ -85,6 +85,22 @@ def test_conjugate_gradient_stops_on_non_positive_curvature():
     assert torch.equal(result.solution, torch.zeros(3, dtype=torch.float64))
 
 
+def test_preconditioned_conjugate_gradient_stops_where_r_dot_z_underflows():
+    # float32: r.r = 2e-44 (subnormal, above the zero threshold), r.z = 2e-46 underflows to 0
+    result = conjugate_gradient(lambda v: 1e10 * v, torch.tensor([1e-22, 1e-22]), 5, 0.0, preconditioner=lambda r: r * 1e-2)
+    assert result.preconditioner_failure and not result.curvature_failure and not result.converged
+    assert bool(torch.isfinite(result.solution).all()) and math.isfinite(result.solution_curvature)
+
+
+def test_preconditioned_conjugate_gradient_returns_the_last_iterate_before_an_indefinite_preconditioner():
+    # A = I, M^-1 = diag(1, -1), b = (2, 1): r.z = 3 > 0, one step to x = 0.6 * (2, -1), then r.z = 0.64 - 2.56 < 0
+    inverse = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    b = torch.tensor([2.0, 1.0], dtype=torch.float64)
+    result = conjugate_gradient(lambda v: v, b, 10, 0.0, preconditioner=lambda r: inverse * r)
+    assert result.preconditioner_failure and result.iterations == 1
+    assert torch.allclose(result.solution, torch.tensor([1.2, -0.6], dtype=torch.float64), rtol=0.0, atol=1e-15)
+
+
 def test_flat_params_round_trip_and_flat_grad_zero_for_unused():
     layer = torch.nn.Linear(3, 2)
     unused = torch.nn.Parameter(torch.ones(4))

@@ -153,3 +153,10 @@ def test_every_zoo_sub_command_runs_after_installing_the_zoo_extra_in_a_clean_ve
 
     _run([str(python), "-m", "pip", "install", f"{wheel}[tensorboard]"], INSTALL_TIMEOUT_S)
     _run([str(python), "-c", "import tensorboard"], COMMAND_TIMEOUT_S)
+
+
+def test_the_description_names_all_three_algorithms():
+    import tomllib
+
+    description = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"]
+    assert all(name in description for name in ("NPG", "TRPO", "ACKTR")), description

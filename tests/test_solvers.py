@@ -14,6 +14,7 @@ from sb3_npg.common.natural_gradient import conjugate_gradient, get_flat_params
 from sb3_npg.common.solvers import (
     CG_CURVATURE_FAILURE,
     CG_MAX_STEPS_REACHED,
+    CG_PRECONDITIONER_FAILURE,
     ConjugateGradientSolver,
     FisherSolver,
     KroneckerFactoredSolver,
@@ -44,6 +45,13 @@ def test_conjugate_gradient_reports_its_budget_and_a_curvature_failure():
     matrix, gradient = _spd(6), torch.ones(6, dtype=torch.float64)
     assert ConjugateGradientSolver(2, 1e-24).solve(gradient, lambda v: matrix @ v, None).events == (CG_MAX_STEPS_REACHED,)
     assert ConjugateGradientSolver(2, 1e-24).solve(gradient, lambda v: -v, None).events == (CG_CURVATURE_FAILURE,)
+
+
+def test_conjugate_gradient_reports_a_preconditioner_that_is_not_positive():
+    matrix, gradient = _spd(6), torch.ones(6, dtype=torch.float64)
+    solver = ConjugateGradientSolver(5, 0.0, preconditioning=lambda observations: lambda r: -r)
+    solved = solver.solve(gradient, lambda v: matrix @ v, None)
+    assert solved.events == (CG_PRECONDITIONER_FAILURE,) and bool(torch.isfinite(solved.direction).all())
 
 
 @pytest.mark.parametrize("algo", [NPG, TRPO])
@@ -265,3 +273,28 @@ def test_the_kfac_solvers_factor_cnn_policies_convolutions(algo):
     model.learn(TINY["n_steps"])
     assert model.skipped_steps == 0
     assert all(not torch.equal(b, p) for b, p in zip(before, model.actor_parameters, strict=True))
+
+
+def test_trpo_with_the_reviews_preconditioned_options_completes_an_update():
+    # The options a review saw raise ZeroDivisionError (r^T M^-1 r underflowing to 0 with cg_residual_tol=0).
+    options = {"fisher_solver": "kfac_preconditioned_cg", "cg_residual_tol": 0.0, "cg_damping": 1e-10, "cg_max_steps": 25}
+    model = TRPO("MlpPolicy", "Pendulum-v1", **{**TINY, **options})
+    model.learn(TINY["n_steps"])
+    assert model._n_updates == 1 and all(bool(torch.isfinite(param).all()) for param in model.policy.parameters())
+
+
+class _IndefinitePreconditionerTRPO(TRPO):
+    """TRPO whose K-FAC preconditioner is negated: ``r^T M^-1 r < 0`` from the first iteration of CG."""
+
+    def _kfac_inverse(self, observations):
+        inverse = super()._kfac_inverse(observations)
+        return lambda vector: -inverse(vector)
+
+
+def test_a_preconditioner_that_is_not_positive_stops_cg_and_the_update_completes():
+    model = _IndefinitePreconditionerTRPO("MlpPolicy", "Pendulum-v1", fisher_solver="kfac_preconditioned_cg", **TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the zero direction's step is refused, with a warning
+        model.learn(TINY["n_steps"])
+    assert model.event_counts[CG_PRECONDITIONER_FAILURE] == 1
+    assert all(bool(torch.isfinite(param).all()) for param in model.policy.parameters())

@@ -383,3 +383,12 @@ def test_plots_without_a_display_are_saved_as_png_files_named_on_stdout(script, 
     assert [path.name for path in out.iterdir()] == [png.name]
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.stat().st_size > 1000
     assert f"saved {png}" in completed.stdout
+
+
+def test_help_and_the_readme_name_every_algorithm_we_register(capsys):
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert "(npg, npg_trpo, acktr)" in out and "for npg, npg_trpo and acktr, train" in out
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    zoo_section = readme.split("## RL Zoo", 1)[1].split("\n## ", 1)[0]
+    assert all(f"`{name}`" in zoo_section for name in ZOO_ALGOS), zoo_section

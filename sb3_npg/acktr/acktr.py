@@ -76,7 +76,8 @@ class ACKTR(NaturalPolicyGradient):
     :param env: The environment to learn from (if registered in Gymnasium, can be a str)
     :param learning_rate: The largest multiple of the K-FAC direction a step takes (actor and K-FAC critic), > 0; it
         can be a function of the remaining progress (from 1 to 0): Stable-Baselines 2's default ``lr_schedule="linear"``
-        is ``LinearSchedule(0.25, 0.0, 1.0)`` here
+        is ``LinearSchedule(0.25, 0.0, 1.0)`` here. A schedule's value must be >= 0 and finite; at 0 (where such a
+        schedule ends) the update's steps are zero
     :param n_steps: The number of steps to run for each environment per update
     :param gamma: Discount factor, in [0, 1]
     :param gae_lambda: Factor of the bias-variance trade-off of the Generalized Advantage Estimator, in [0, 1]; 1
@@ -89,9 +90,10 @@ class ACKTR(NaturalPolicyGradient):
     :param max_grad_norm: The cap on the global L2 norm of the critic's gradient before each step
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
     :param kfac_clip: The bound on the quadratic model's KL of each step, ``1/2 step^T F_hat step``, > 0; it can be a
-        function of the remaining progress. The KL is the true KL of the joint action distribution, summed over action
-        dimensions. It bounds the model under the *running* factors, not the step's actual KL (logged as
-        ``train/kl_divergence``, and over the clip as ``train/kl_divergence_over_clip``): with OpenAI baselines'
+        function of the remaining progress, whose values must be >= 0 and finite (0 takes no step). The KL is the
+        true KL of the joint action distribution, summed over action dimensions. It bounds the model under the
+        *running* factors, not the step's actual KL (logged as ``train/kl_divergence``, and over the clip as
+        ``train/kl_divergence_over_clip``): with OpenAI baselines'
         settings (20 steps per update, ``kfac_stats_decay=0.99``) the actual KL is a median 22x ``kfac_clip`` on
         CartPole-v1 and 64x on Pendulum-v1, 2.8x and 3.3x with ``kfac_stats_decay=0`` (``benchmarks/acktr_baselines.py``).
         Stable-Baselines 2's ``kfac_clip=c`` bounds the same model's KL by ``c / 2``: pass ``c / 2`` here, or translate
@@ -160,6 +162,7 @@ class ACKTR(NaturalPolicyGradient):
     }
     critic_fits: ClassVar[tuple[str, ...]] = ACKTR_CRITIC_FITS
     always_logged_keys: ClassVar[tuple[str, ...]] = ACKTR_LOGGED_KEYS
+    target_kl_option: ClassVar[str] = "kfac_clip"
 
     def __init__(
         self,
@@ -323,7 +326,8 @@ class ACKTR(NaturalPolicyGradient):
         return local.averaged(partial(self._reducer.mean, weight=len(first_tensor(observations))))
 
     def current_learning_rate(self) -> float:
-        """The largest multiple of the K-FAC direction this update takes (``learning_rate`` now), > 0 and finite."""
+        """The largest multiple of the K-FAC direction this update takes (``learning_rate`` now), >= 0 and finite (0,
+        where a schedule reaches it, takes no step)."""
         return scheduled_value("learning_rate", self.lr_schedule, self._current_progress_remaining)
 
     def policy_objective(self, batch: PolicyBatch, distribution: Distribution, behaviour: Distribution) -> PolicyObjective:
@@ -341,7 +345,8 @@ class ACKTR(NaturalPolicyGradient):
         returns (logged as ``train/kl_divergence``) is measured on the step's samples, old against new distribution,
         not the model's; ``train/kl_divergence_over_clip`` is that KL over ``kfac_clip``.
         """
-        fraction = min(FULL_STEP, self.current_learning_rate() / proposal.kl_scale)
+        learning_rate = self.current_learning_rate()  # 0 at a schedule's end: no step
+        fraction = FULL_STEP if learning_rate >= proposal.kl_scale else learning_rate / proposal.kl_scale
         proposal.apply(fraction)
         surrogate, kl = proposal.measure()
         metrics = {

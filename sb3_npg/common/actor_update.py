@@ -58,6 +58,9 @@ from sb3_npg.common.solvers import CG_EVENTS, ConjugateGradientSolver, FisherSol
 from sb3_npg.common.stats import WeightedMeans
 from sb3_npg.common.validation import scheduled_value
 
+#: A KL radius of 0 (a ``target_kl`` schedule at its end): the step is not taken, and nothing is solved.
+ZERO_RADIUS = 0.0
+
 
 class ActorUpdate(BaseAlgorithm):
     """
@@ -89,6 +92,8 @@ class ActorUpdate(BaseAlgorithm):
     counted_events: ClassVar[tuple[str, ...]] = (*REFUSED_STEP_EVENTS, *CG_EVENTS)
     #: The acceptance hook's metrics for a batch whose step was refused before it reached the hook.
     refused_step_metrics: ClassVar[Mapping[str, float]] = NO_METRICS
+    #: The user's name of the KL radius, quoted in the error when its schedule gives a value out of range.
+    target_kl_option: ClassVar[str] = "target_kl"
 
     @property
     def skipped_steps(self) -> int:
@@ -128,8 +133,9 @@ class ActorUpdate(BaseAlgorithm):
         return kfac_inverse(self.policy, self._kfac_plan, self.damping, self._kfac_generator, mean, observations)
 
     def current_target_kl(self) -> float:
-        """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, > 0 and finite."""
-        return scheduled_value("target_kl", self.target_kl_schedule, self._current_progress_remaining)
+        """The KL radius of the update in progress: ``target_kl`` at the current remaining progress, >= 0 and finite
+        (0, where a schedule reaches it, takes no step)."""
+        return scheduled_value(self.target_kl_option, self.target_kl_schedule, self._current_progress_remaining)
 
     def policy_objective(self, batch: PolicyBatch, distribution: Distribution, behaviour: Distribution) -> PolicyObjective:
         """
@@ -200,8 +206,12 @@ class ActorUpdate(BaseAlgorithm):
         entropy = distribution.entropy()
         if entropy is not None:
             stats.add(batch.size, entropy=entropy.mean().detach())
+        target_kl = self.current_target_kl()
+        if target_kl == ZERO_RADIUS:  # a schedule at its end: no step, nothing to solve
+            stats.add(batch.size, expected_improvement=0.0, step_fraction=NO_STEP)
+            return region
         fisher = self._fisher_product(batch, distribution, frozen)
-        settings = StepSettings(self.solver, self.current_target_kl(), self._fisher_observations(batch))
+        settings = StepSettings(self.solver, target_kl, self._fisher_observations(batch))
         measure = partial(self._measure, region)
         try:
             proposal = propose_step(

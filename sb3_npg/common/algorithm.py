@@ -273,7 +273,8 @@ class NaturalPolicyGradient(ActorUpdate, DataParallel, FastRollouts, RecordedFor
         if self.normalize_advantage and rollout_size < MIN_NORMALIZED_ROLLOUT:
             raise ConfigurationError(
                 f"`n_steps * n_envs` must be >= {MIN_NORMALIZED_ROLLOUT} to normalize advantages, "
-                f"got n_steps={self.n_steps} and n_envs={self.n_envs}"
+                f"got n_steps={self.n_steps} and n_envs={self.n_envs}: raise `n_steps` or the number of environments, "
+                "or pass `normalize_advantage=False`"
             )
         if self.critic_fit == "minibatch":
             warn_if_batches_uneven("batch_size", self.batch_size, rollout_size, "the rollout (n_steps * n_envs)")

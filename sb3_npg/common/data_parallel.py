@@ -36,6 +36,9 @@ from sb3_npg.common.distributed import (
 )
 from sb3_npg.common.vec_normalize_sync import Moments, combine_normalization
 
+#: How to install what ``tensorboard_log=...`` needs (the ``tensorboard`` extra of ``pyproject.toml``).
+TENSORBOARD_INSTALL = 'pip install "sb3-npg[tensorboard]"'
+
 SelfDataParallel = TypeVar("SelfDataParallel", bound="DataParallel")
 #: Seeds of numpy's legacy generator (which SB3 seeds) must be below this.
 SEED_BOUND = 2**32
@@ -87,7 +90,12 @@ class DataParallel(OnPolicyAlgorithm):
     ) -> tuple[int, BaseCallback]:
         """SB3's set-up of ``learn()``, after the ranks agreed on :meth:`_collective_plan` (before any update)."""
         self._reducer.check_agree(self._collective_plan())
-        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        try:
+            return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        except ImportError as error:
+            if self.tensorboard_log is None or "tensorboard" not in str(error):
+                raise
+            raise ImportError(f"{error} `tensorboard_log` needs sb3-npg's extra: {TENSORBOARD_INSTALL}") from error
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

@@ -120,6 +120,9 @@ class ConjugateGradientResult:
     :param converged: whether that relative squared residual fell to the tolerance
     :param curvature_failure: whether a search direction had non-positive or non-finite curvature
         ``p^T A p`` (``A`` not positive definite there); the iterate before it is returned
+    :param preconditioner_failure: whether the preconditioned residual's ``r^T M^-1 r`` was not positive and finite
+        (``M^-1`` not positive definite there, or the product underflowed to 0) while the residual was still above
+        the tolerance; the iterate reached is returned
     """
 
     solution: torch.Tensor
@@ -128,6 +131,7 @@ class ConjugateGradientResult:
     residual: float
     converged: bool
     curvature_failure: bool
+    preconditioner_failure: bool = False
 
 
 def conjugate_gradient(
@@ -156,12 +160,15 @@ def conjugate_gradient(
     r_dot_z = r_dot_r if preconditioner is None else float(torch.dot(r, z))
     threshold = residual_tol * b_dot_b
     iterations = 0
-    curvature_failure = False
+    curvature_failure = preconditioner_failure = False
     while iterations < max_steps and r_dot_r > threshold:
+        if not _is_positive_and_finite(r_dot_z):
+            preconditioner_failure = True
+            break
         a_p = matvec(p)
         curvature = float(torch.dot(p, a_p))
         iterations += 1
-        if not math.isfinite(curvature) or curvature <= 0.0:
+        if not _is_positive_and_finite(curvature):
             curvature_failure = True
             break
         alpha = r_dot_z / curvature
@@ -179,7 +186,13 @@ def conjugate_gradient(
         residual=r_dot_r / b_dot_b if b_dot_b > 0.0 else 0.0,
         converged=r_dot_r <= threshold,
         curvature_failure=curvature_failure,
+        preconditioner_failure=preconditioner_failure,
     )
+
+
+def _is_positive_and_finite(value: float) -> bool:
+    """Whether ``value`` can divide: a breakdown of conjugate gradient where it cannot."""
+    return math.isfinite(value) and value > 0.0
 
 
 def kl_scaled_step_size(curvature: float, target_kl: float) -> float:

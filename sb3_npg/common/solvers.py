@@ -31,8 +31,11 @@ from sb3_npg.common.natural_gradient import MatVec, conjugate_gradient
 CG_MAX_STEPS_REACHED = "cg_max_steps_reached"
 #: A search direction of conjugate gradient had non-positive or non-finite curvature: it stopped at the last iterate.
 CG_CURVATURE_FAILURE = "cg_curvature_failure"
+#: The preconditioned residual's ``r^T M^-1 r`` of conjugate gradient was not positive and finite (the preconditioner
+#: not positive definite there, or the product underflowed): it stopped at the last iterate.
+CG_PRECONDITIONER_FAILURE = "cg_preconditioner_failure"
 #: The events of conjugate gradient that let the step proceed from the iterate it reached.
-CG_EVENTS = (CG_MAX_STEPS_REACHED, CG_CURVATURE_FAILURE)
+CG_EVENTS = (CG_MAX_STEPS_REACHED, CG_CURVATURE_FAILURE, CG_PRECONDITIONER_FAILURE)
 #: ``fisher_solver`` options: conjugate gradient, K-FAC alone, conjugate gradient preconditioned by K-FAC.
 FISHER_SOLVERS = ("cg", "kfac", "kfac_preconditioned_cg")
 #: K-FAC's factors of one step are measured on that step's samples alone (no running average across steps).
@@ -96,6 +99,8 @@ class ConjugateGradientSolver(FisherSolver):
         result = conjugate_gradient(fisher, gradient, self.max_steps, self.residual_tol, preconditioner)
         if result.curvature_failure:
             events: tuple[str, ...] = (CG_CURVATURE_FAILURE,)
+        elif result.preconditioner_failure:
+            events = (CG_PRECONDITIONER_FAILURE,)
         elif not result.converged:
             events = (CG_MAX_STEPS_REACHED,)
         else:

@@ -101,22 +101,44 @@ def check_positive_or_schedule(name: str, value: Any) -> None:
         check_float(name, value, 0.0, low_inclusive=False)
 
 
+#: Where training ends, and where a schedule's remaining progress is taken at (SB3 runs 1 -> 0).
+END_OF_TRAINING = 0.0
+#: A schedule's value this far below 0, relative to its value at the start of training, is float rounding of 0: the
+#: relative epsilon of float32 (the widest float a schedule is likely computed in), with a margin of a few roundings.
+SCHEDULE_ROUNDING = 8 * float(np.finfo(np.float32).eps)
+
+
 def scheduled_value(name: str, schedule: Callable[[float], float], progress_remaining: float) -> float:
     """
-    The value of an option's schedule at the remaining progress, required positive and finite.
+    The value of an option's schedule at the remaining progress, required >= 0 and finite.
+
+    The remaining progress is taken at no less than 0: ``learn()`` collects whole rollouts, so its last update can
+    come after ``total_timesteps``, where SB3's remaining progress is below 0 and a schedule is not defined. A
+    schedule may reach 0 (SB3's ``LinearSchedule(start, 0.0, 1.0)``, ``lambda p: c * p``): a value of 0 means no
+    step; a value below 0 by no more than float rounding (:data:`SCHEDULE_ROUNDING` of the start value) is taken
+    as 0.
 
     :param name: the option's name, quoted in the error
     :param schedule: the option's schedule (SB3's ``FloatSchedule`` of the value given)
     :param progress_remaining: the remaining progress, from 1 at the start of training to 0 at its end
-    :return: the schedule's value
+    :return: the schedule's value, >= 0
     """
-    value = schedule(progress_remaining)
-    if not (_is_real(value) and math.isfinite(value) and value > 0):
+    progress = max(progress_remaining, END_OF_TRAINING)
+    value = schedule(progress)
+    if _is_real(value) and math.isfinite(value) and value < 0 and _is_rounding_of_zero(value, schedule):
+        return 0.0
+    if not (_is_real(value) and math.isfinite(value) and value >= 0):
         raise ConfigurationError(
-            f"`{name}` must be a finite number > 0 at every remaining progress, but its schedule gives {value!r} "
-            f"at progress_remaining={progress_remaining:g}"
+            f"`{name}` must be a finite number >= 0 at every remaining progress, but its schedule gives {value!r} "
+            f"at progress_remaining={progress:g}"
         )
-    return value
+    return float(value)
+
+
+def _is_rounding_of_zero(value: float, schedule: Callable[[float], float]) -> bool:
+    """Whether a negative ``value`` of ``schedule`` is within float rounding of 0, against the start value."""
+    start = schedule(1.0)
+    return _is_real(start) and math.isfinite(start) and -value <= SCHEDULE_ROUNDING * abs(start)
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

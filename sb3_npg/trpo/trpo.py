@@ -69,7 +69,8 @@ class TRPO(NaturalPolicyGradient):
         ``1/2 step^T F step``, which a small step's KL follows, is lower by the damping's share of that curvature
         (``train/kl_divergence`` reports the KL reached; a lower ``cg_damping`` brings it closer). It can be a
         function of the remaining progress (from 1 to 0), such as SB3's ``LinearSchedule(0.03, 0.003, 1.0)``: each
-        update uses its value then, which must be > 0 and finite (``train/target_kl`` logs it). The KL is the true KL
+        update uses its value then, which must be >= 0 and finite, 0 taking no step (``train/target_kl`` logs it;
+        ``train/step_fraction`` is then 0), so a schedule may reach 0 at the end of training. The KL is the true KL
         of the joint action distribution, summed over action dimensions (sb3-contrib's TRPO averages it over them, so
         its ``target_kl`` on a d-dimensional Box is d times looser)
     :param sub_sampling_factor: Use every n-th sample of the rollout for the whole policy update (gradient,

@@ -1,4 +1,4 @@
-"""``sb3-npg-zoo`` / ``python -m sb3_npg.zoo``: the RL Zoo's scripts with ``npg`` and ``npg_trpo`` registered.
+"""``sb3-npg-zoo`` / ``python -m sb3_npg.zoo``: the RL Zoo's scripts with ``npg``, ``npg_trpo``, ``acktr`` registered.
 
     sb3-npg-zoo train --algo npg --env CartPole-v1
     sb3-npg-zoo train --algo npg_trpo --env Pendulum-v1 -optimize --n-trials 20 --n-jobs 2 \\
@@ -170,8 +170,8 @@ USAGE = f"usage: {PROG} {{{','.join(SCRIPTS)}}} [RL Zoo flags ...]"
 #: The plain-text part of ``--help`` after the sub-commands (the module docstring is reStructuredText for Sphinx).
 HELP_DETAILS = f"""\
 Every flag after the sub-command is the RL Zoo's own and means what it means there
-({PROG} <sub-command> --help lists them). One default differs: for npg and npg_trpo, train reads
-sb3-npg's shipped hyperparameter file unless -conf/--conf-file is given (the Zoo's own files stay
+({PROG} <sub-command> --help lists them). One default differs: for npg, npg_trpo and acktr, train
+reads sb3-npg's shipped hyperparameter file unless -conf/--conf-file is given (the Zoo's own files stay
 the default for its algorithms, sb3-contrib's trpo included). Without a display (MPLBACKEND=Agg, or
 no DISPLAY on Linux), plot_train, plot_from_file and all_plots save each figure as a PNG in the current
 directory and print its path. python -m sb3_npg.zoo is the same command.
@@ -193,7 +193,7 @@ def help_text() -> str:
     """
     width = max(map(len, SUMMARIES))
     lines = [f"  {name:<{width}}  {summary}" for name, summary in SUMMARIES.items()]
-    title = "The RL Zoo's scripts with sb3-npg's algorithms (npg, npg_trpo) registered."
+    title = "The RL Zoo's scripts with sb3-npg's algorithms (npg, npg_trpo, acktr) registered."
     return "\n".join([USAGE, "", title, "", "sub-commands:", *lines, "", HELP_DETAILS])
 
 
