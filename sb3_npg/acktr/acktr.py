@@ -77,15 +77,15 @@ class ACKTR(NaturalPolicyGradient):
     Paper: https://arxiv.org/abs/1708.05144 (Wu et al., 2017). Stable-Baselines 2's ``ACKTR`` keyword names where the
     meaning is the same (``docs/algorithms.md`` lists those without an equivalent).
 
-    The defaults are for vector observations on one or a few environments, as NPG's and TRPO's are: rollouts of 1024
-    steps per environment with GAE 0.98 and normalized advantages, no entropy bonus, ``kfac_clip`` 0.01, running
-    factors that keep half of the past (``kfac_stats_decay`` 0.5: between updates this far apart the policy has moved,
-    and factors that keep 99% of the past describe a policy long gone), and our TRPO's critic (``critic_fit``
-    ``"minibatch"``: 10 epochs of Adam at ``critic_learning_rate`` on minibatches of 128). They are
-    ``sb3_npg/zoo/hyperparams/acktr.yml``'s screened CartPole-v1 entry on one environment with that critic, which won
-    the screen against the entry's K-FAC critic on CartPole-v1, Pendulum-v1 and Hopper-v5 (tuning seeds;
-    ``benchmarks/acktr_defaults.py`` holds the candidates and measures the defaults on tasks nobody tuned,
-    ``benchmarks/README.md``'s "Defaults" has the tables).
+    The defaults are for vector observations on one or a few environments, as NPG's and TRPO's are: rollouts of
+    ``n_steps=1024`` per environment with ``gae_lambda=0.98`` and ``normalize_advantage=True``, no entropy bonus
+    (``ent_coef=0.0``), ``kfac_clip=0.01``, running factors that keep half of the past (``kfac_stats_decay=0.5``:
+    between updates this far apart the policy has moved, and factors that keep 99% of the past describe a policy long
+    gone), and our TRPO's critic (``critic_fit="minibatch"``, ``n_critic_updates=10`` epochs of Adam at
+    ``critic_learning_rate`` on minibatches of 128). They are ``sb3_npg/zoo/hyperparams/acktr.yml``'s screened
+    CartPole-v1 entry on one environment with that critic, which won the screen against the entry's K-FAC critic on
+    CartPole-v1, Pendulum-v1 and Hopper-v5 (tuning seeds; ``benchmarks/acktr_defaults.py`` holds the candidates and
+    measures the defaults on tasks nobody tuned, ``benchmarks/README.md``'s "Defaults" has the tables).
     They do not depend on the observation space: one call means one algorithm whatever the task, and Atari needs
     settings a constructor cannot choose anyway (16 or more environments, frame stacking). OpenAI baselines' Atari
     settings (``n_steps`` 20, ``kfac_clip`` 0.001, ``kfac_stats_decay`` 0.99, the n-step returns of ``gae_lambda``
