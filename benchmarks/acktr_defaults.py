@@ -3,6 +3,8 @@
     .venv/bin/python -m benchmarks.acktr_defaults                 # the matrix: seeds 0,1,2, then the table
     .venv/bin/python -m benchmarks.acktr_defaults --table         # only the table of the runs already there
     .venv/bin/python -m benchmarks.acktr_defaults --screen        # the screened candidates, tuning seeds 100,101,102
+    .venv/bin/python -m benchmarks.acktr_defaults --only acktr_new,trpo --tasks CartPole-v1 --seeds 3,4,5,6,7 \
+        --out benchmarks/results/acktr_defaults/cartpole_seeds_3-7   # the cost goal again, on a quieter machine
 
 Each run is ``ALGO("MlpPolicy", env, **settings)`` on a single environment without ``VecNormalize`` (what a user who
 writes ``ACKTR("MlpPolicy", env)`` gets), trained by ``benchmarks.compare``'s harness (the RL Zoo's ``train`` in a
@@ -191,6 +193,8 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--screen", action="store_true", help="run the candidates on the tuning seeds instead")
     result.add_argument("--table", action="store_true", help="only write the table of the runs already there")
     result.add_argument("--only", help="comma-separated configurations (or candidates) to run, default all")
+    result.add_argument("--tasks", help="comma-separated tasks of the matrix (or the screen) to run, default all")
+    result.add_argument("--seeds", help="comma-separated seeds, default 0,1,2 (the screen: 100,101,102)")
     result.add_argument("--out", type=Path, help="default benchmarks/results/acktr_defaults[/screen]")
     return result
 
@@ -207,6 +211,10 @@ def main(argv: list[str] | None = None) -> None:
         out, configs, tasks, seeds = args.out or default_out, configurations(), TASKS, SEEDS
     if args.only:
         configs = {name: configs[name] for name in args.only.split(",")}
+    if args.tasks:
+        tasks = {env_id: tasks[env_id] for env_id in args.tasks.split(",")}
+    if args.seeds:
+        seeds = tuple(int(seed) for seed in args.seeds.split(","))
     if not args.table:
         run_matrix(plan(out, configs, tasks, seeds), out, workers=1)
     table = markdown_table(read_jsonl(out / RUNS_FILE), tasks)
