@@ -31,8 +31,8 @@ CASES = [
     (TRPO, "Pendulum-v1", {"normalize_value_targets": True}),
     (NPG, "Pendulum-v1", {"fisher_solver": "kfac"}),
     (TRPO, "CartPole-v1", {"fisher_solver": "kfac_preconditioned_cg"}),
-    (ACKTR, "CartPole-v1", {}),
-    (ACKTR, "Pendulum-v1", {"normalize_value_targets": True}),
+    (ACKTR, "CartPole-v1", {"critic_fit": "kfac"}),
+    (ACKTR, "Pendulum-v1", {"critic_fit": "kfac", "normalize_value_targets": True}),
     (ACKTR, "Pendulum-v1", {"critic_fit": "minibatch"}),
 ]
 BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")
