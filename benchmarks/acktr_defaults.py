@@ -39,8 +39,8 @@ from sb3_npg import ACKTR
 from sb3_npg.acktr import BASELINES_ATARI_SETTINGS
 
 #: The reported seeds of the matrix, and the tuning seeds of the screen (never reported).
-SEEDS = (0, 1, 2)
-SCREEN_SEEDS = (100, 101, 102)
+SEEDS: tuple[int, ...] = (0, 1, 2)
+SCREEN_SEEDS: tuple[int, ...] = (100, 101, 102)
 #: Evaluations per run (the last one at the budget).
 EVALUATIONS = 5
 #: Task -> (budget, the mean return that counts as reaching it: the RL Zoo's or Gymnasium's "solved" levels).
