@@ -2,6 +2,7 @@
 
 import copy
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ import tests.test_integration as integration
 import tests.test_logging as logging_tests
 import tests.test_rollouts as rollouts
 from sb3_npg import ACKTR
-from sb3_npg.acktr import sb2_acktr_kwargs
+from sb3_npg.acktr import BASELINES_ATARI_SETTINGS, sb2_acktr_kwargs
 from sb3_npg.acktr.acktr import ACKTR_LOGGED_KEYS
 from sb3_npg.acktr.critic import critic_batch_curvature
 from sb3_npg.common.algorithm import NOT_ON_STDOUT
@@ -31,6 +32,41 @@ from tests.float_comparisons import (
 )
 
 TINY = {"n_steps": 64, "batch_size": 32, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
+#: The paper's (and baselines') K-FAC critic, one step per update.
+KFAC_CRITIC = {"critic_fit": "kfac", "n_critic_updates": 1}
+#: OpenAI baselines' acktr/acktr.py (``learn``'s defaults; its ``KfacOptimizer``'s ``epsilon`` and ``stats_decay``),
+#: written out here apart from the library's constant so that a change to either shows.
+OPENAI_BASELINES_ATARI = {
+    "n_steps": 20,
+    "learning_rate": 0.25,
+    "gamma": 0.99,
+    "gae_lambda": 1.0,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "vf_fisher_coef": 1.0,
+    "max_grad_norm": 0.5,
+    "normalize_advantage": False,
+    "kfac_clip": 0.001,
+    "kfac_update": 1,
+    "kfac_damping": 0.01,
+    "kfac_stats_decay": 0.99,
+    "critic_fit": "kfac",
+    "critic_kfac_clip": None,
+    "n_critic_updates": 1,
+    "normalize_value_targets": False,
+}
+#: The defaults for vector observations, as the class docstring and docs/guide/algorithms.md give them.
+DOCUMENTED_DEFAULTS = {
+    **OPENAI_BASELINES_ATARI,
+    "n_steps": 1024,
+    "gae_lambda": 0.98,
+    "ent_coef": 0.0,
+    "normalize_advantage": True,
+    "kfac_clip": 0.01,
+    "kfac_stats_decay": 0.5,
+    "critic_fit": "minibatch",
+    "n_critic_updates": 10,
+}
 #: float32 steps: the quadratic model's KL of a step is met to this relative precision.
 STEP_RTOL = 1e-4
 
@@ -115,7 +151,9 @@ def test_a_loaded_model_takes_exactly_the_update_the_saved_one_takes(tmp_path, k
     The saved float32 state loads to the bit; the compared update runs in float64 (``tests/float_comparisons.py``):
     two copies of one rollout sit differently in memory, which changes a float32 matrix product's last bits by an
     amount that depends on the CPU's kernels, and the inverse's eigendecompositions amplify it."""
-    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=kfac_update, **TINY)
+    # The K-FAC critic (its statistics are saved too) in one step: the default minibatch critic shuffles its batch
+    # with NumPy's global generator, which a loaded model does not share.
+    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=kfac_update, **KFAC_CRITIC, **TINY)
     model.learn(3 * TINY["n_steps"])
     model.save(tmp_path / "acktr.zip")
     loaded = ACKTR.load(tmp_path / "acktr.zip", env=model.get_env())
@@ -205,7 +243,7 @@ def test_every_critic_fit_lowers_the_value_loss(critic_fit):
 
 
 def test_the_kfac_critic_step_obeys_its_own_clip():
-    model = ACKTR("MlpPolicy", "Pendulum-v1", learning_rate=1e3, critic_kfac_clip=0.05, n_critic_updates=1, **TINY)
+    model = ACKTR("MlpPolicy", "Pendulum-v1", learning_rate=1e3, critic_kfac_clip=0.05, **KFAC_CRITIC, **TINY)
     before = get_flat_params(model.critic_parameters)
     model.learn(TINY["n_steps"])
     step = get_flat_params(model.critic_parameters) - before
@@ -248,36 +286,32 @@ def test_options_are_checked_with_their_names():
             ACKTR("MlpPolicy", "CartPole-v1", **{**TINY, option: value})
 
 
-def test_the_signature_keeps_stable_baselines_2s_keyword_names_and_baselines_defaults():
+def test_the_signature_keeps_stable_baselines_2s_keyword_names_and_documents_every_option():
     parameters = inspect.signature(ACKTR).parameters
-    defaults = {name: parameter.default for name, parameter in parameters.items()}
-    assert {
-        name: defaults[name]
-        for name in (
-            "n_steps",
-            "ent_coef",
-            "vf_coef",
-            "vf_fisher_coef",
-            "learning_rate",
-            "max_grad_norm",
-            "kfac_clip",
-            "kfac_update",
-            "gamma",
-        )
-    } == {
-        "n_steps": 20,
-        "ent_coef": 0.01,
-        "vf_coef": 0.5,
-        "vf_fisher_coef": 1.0,
-        "learning_rate": 0.25,
-        "max_grad_norm": 0.5,
-        "kfac_clip": 0.001,
-        "kfac_update": 1,
-        "gamma": 0.99,
-    }
+    for name in ("n_steps", "ent_coef", "vf_coef", "vf_fisher_coef", "learning_rate", "max_grad_norm", "kfac_clip"):
+        assert name in parameters, name
     for name in parameters:
         if not name.startswith("_") and name not in ("policy", "env"):
             assert f":param {name}:" in ACKTR.__doc__, name
+
+
+def test_the_atari_settings_are_openai_baselines_and_the_defaults_the_documented_ones():
+    assert BASELINES_ATARI_SETTINGS == OPENAI_BASELINES_ATARI
+    parameters = inspect.signature(ACKTR).parameters
+    assert {name: parameters[name].default for name in DOCUMENTED_DEFAULTS} == DOCUMENTED_DEFAULTS
+    page = (Path(__file__).parents[1] / "docs" / "guide" / "algorithms.md").read_text(encoding="utf-8")
+    page = page[page.index("Its defaults are for vector observations") :].split("\n\n", 1)[0]  # the paragraph
+    docstring = " ".join(ACKTR.__doc__.split())
+    for name, value in DOCUMENTED_DEFAULTS.items():
+        if value != OPENAI_BASELINES_ATARI[name]:
+            shown = f'"{value}"' if isinstance(value, str) else repr(value)
+            assert f"`{name}={shown}`" in page, name
+            assert f"``{name}={shown}``" in docstring, name
+
+
+def test_the_atari_settings_reach_the_model():
+    model = ACKTR("MlpPolicy", "CartPole-v1", **{**BASELINES_ATARI_SETTINGS, "seed": 0, "device": "cpu"})
+    assert {name: getattr(model, name) for name in BASELINES_ATARI_SETTINGS} == BASELINES_ATARI_SETTINGS
 
 
 def test_the_objective_adds_ent_coef_times_the_mean_entropy():

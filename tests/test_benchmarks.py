@@ -550,3 +550,33 @@ def test_the_guides_python_default_is_the_shipped_default():
     for name in options:
         given = re.search(rf"^    {name}=([^,]+),", guide, re.MULTILINE)
         assert given is not None and ast.literal_eval(given.group(1)) == pytest.approx(default[name]), name
+
+
+def test_the_acktr_defaults_matrix_runs_the_constructor_and_baselines_and_tables_cost_against_trpo(tmp_path):
+    """``benchmarks/acktr_defaults.py``: ``acktr_new`` is what ``ACKTR("MlpPolicy", env)`` runs, ``acktr_old``
+    baselines' settings, and the table's ratio is each configuration's time per sample over TRPO's on the same seeds."""
+    import inspect
+
+    from benchmarks.acktr_defaults import configurations, markdown_table, plan
+    from sb3_npg import ACKTR
+    from sb3_npg.acktr import BASELINES_ATARI_SETTINGS
+
+    configs = configurations()
+    parameters = inspect.signature(ACKTR).parameters
+    assert configs["acktr_new"] == ("acktr", {name: parameters[name].default for name in BASELINES_ATARI_SETTINGS})
+    assert configs["acktr_old"] == ("acktr", BASELINES_ATARI_SETTINGS) and configs["trpo"] == ("trpo", {})
+    jobs = plan(tmp_path, configs, {"CartPole-v1": (1000, 475.0)}, (0,))
+    assert [(job.algo, job.hyperparams.get("n_steps")) for job in jobs] == [("acktr", 20), ("acktr", 1024), ("npg_trpo", None)]
+    cell = {"env_id": "CartPole-v1", "timesteps": 1000}
+    runs = [
+        {**cell, "conf": "x/acktr_new.yml", "seed": 0, "final_return": 500.0, "steps_per_second": 1e4},
+        {**cell, "conf": "x/acktr_new.yml", "seed": 1, "final_return": 400.0, "steps_per_second": 5e3},
+        {**cell, "conf": "x/trpo.yml", "seed": 0, "final_return": 500.0, "steps_per_second": 5e3},
+        {**cell, "conf": "x/trpo.yml", "seed": 1, "final_return": 500.0, "steps_per_second": 5e3},
+    ]
+    rows = markdown_table(runs, {"CartPole-v1": (1000, 475.0)}).splitlines()
+    # acktr_new: 100 and 200 us per sample (mean 150, min 100) against TRPO's 200 and 200
+    assert (
+        rows[2]
+        == "| CartPole-v1 (1,000, 475) | acktr_new | 0: 500.0 / 1: 400.0 | 450.0 | 1 of 2 | 150 / 100 | 0.75x / 0.50x |"
+    )

@@ -36,8 +36,8 @@ CASES = [
     (TRPO, "Pendulum-v1", {"normalize_value_targets": True, **CONVERGED_CG}),
     (NPG, "Pendulum-v1", {"fisher_solver": "kfac"}),
     (TRPO, "CartPole-v1", {"fisher_solver": "kfac_preconditioned_cg", **CONVERGED_CG}),
-    (ACKTR, "CartPole-v1", {"normalize_advantage": True}),  # a step capped by learning_rate: the advantages' scale shows
-    (ACKTR, "Pendulum-v1", {"normalize_value_targets": True}),
+    (ACKTR, "CartPole-v1", {"critic_fit": "kfac"}),  # normalized advantages, steps capped by learning_rate: scale shows
+    (ACKTR, "Pendulum-v1", {"critic_fit": "kfac", "normalize_value_targets": True}),
     (ACKTR, "Pendulum-v1", {"critic_fit": "minibatch"}),
 ]
 BUFFER_FIELDS = ("observations", "actions", "rewards", "advantages", "returns", "episode_starts", "values", "log_probs")

@@ -52,6 +52,31 @@ ACKTR_LOGGED_KEYS = (
 )
 #: The step the hook takes when the KL clip binds: all of the KL-scaled step.
 FULL_STEP = 1.0
+#: OpenAI baselines' ACKTR settings for Atari (``acktr/acktr.py``'s ``learn`` and its ``KfacOptimizer``;
+#: Stable-Baselines 2's ``ACKTR`` defaults), the constructor's defaults until 0.1.0's development changed them:
+#: ``ACKTR("CnnPolicy", env, **BASELINES_ATARI_SETTINGS)`` on many environments (baselines ran 16 to 32). Not in it,
+#: as no constructor keyword gives it: baselines decays ``learning_rate`` linearly to 0 (pass
+#: ``learning_rate=LinearSchedule(0.25, 0.0, 1.0)``), steps through momentum SGD, computes its inverses
+#: asynchronously, and takes its value loss into the policy's K-FAC update.
+BASELINES_ATARI_SETTINGS: dict[str, Any] = {
+    "n_steps": 20,
+    "learning_rate": 0.25,
+    "gamma": 0.99,
+    "gae_lambda": 1.0,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "vf_fisher_coef": 1.0,
+    "max_grad_norm": 0.5,
+    "normalize_advantage": False,
+    "kfac_clip": 0.001,
+    "kfac_update": 1,
+    "kfac_damping": 0.01,
+    "kfac_stats_decay": 0.99,
+    "critic_fit": "kfac",
+    "critic_kfac_clip": None,
+    "n_critic_updates": 1,
+    "normalize_value_targets": False,
+}
 
 
 class ACKTR(NaturalPolicyGradient):
@@ -59,14 +84,28 @@ class ACKTR(NaturalPolicyGradient):
     Actor Critic using Kronecker-Factored Trust Region (ACKTR)
 
     Paper: https://arxiv.org/abs/1708.05144 (Wu et al., 2017). Stable-Baselines 2's ``ACKTR`` keyword names where the
-    meaning is the same (``docs/algorithms.md`` lists those without an equivalent); defaults from OpenAI baselines'
-    ``acktr/acktr.py`` (discrete control), the RL Zoo entries for continuous control.
+    meaning is the same (``docs/algorithms.md`` lists those without an equivalent).
+
+    The defaults are for vector observations on one or a few environments, as NPG's and TRPO's are: rollouts of
+    ``n_steps=1024`` per environment with ``gae_lambda=0.98`` and ``normalize_advantage=True``, no entropy bonus
+    (``ent_coef=0.0``), ``kfac_clip=0.01``, running factors that keep half of the past (``kfac_stats_decay=0.5``:
+    between updates this far apart the policy has moved, and factors that keep 99% of the past describe a policy long
+    gone), and our TRPO's critic (``critic_fit="minibatch"``, ``n_critic_updates=10`` epochs of Adam at
+    ``critic_learning_rate`` on minibatches of 128). They are ``sb3_npg/zoo/hyperparams/acktr.yml``'s screened
+    CartPole-v1 entry on one environment with that critic, which won the screen against the entry's K-FAC critic on
+    CartPole-v1, Pendulum-v1 and Hopper-v5 (tuning seeds; ``benchmarks/acktr_defaults.py`` holds the candidates and
+    measures the defaults on tasks nobody tuned, ``benchmarks/README.md``'s "Defaults" has the tables).
+    They do not depend on the observation space: one call means one algorithm whatever the task, and Atari needs
+    settings a constructor cannot choose anyway (16 or more environments, frame stacking). OpenAI baselines' Atari
+    settings (``n_steps`` 20, ``kfac_clip`` 0.001, ``kfac_stats_decay`` 0.99, the n-step returns of ``gae_lambda``
+    1, ``ent_coef`` 0.01, raw advantages, one K-FAC critic step; the defaults before) are one keyword away:
+    ``ACKTR("CnnPolicy", env, **BASELINES_ATARI_SETTINGS)`` (:data:`~sb3_npg.acktr.BASELINES_ATARI_SETTINGS`).
 
     Each update averages the K-FAC factors of the policy's true Fisher (Kronecker factors of every ``nn.Linear`` and
     ``nn.Conv2d`` layer of the actor, exact blocks for ``log_std``) into running ones, takes K-FAC's natural direction
     ``d`` of the policy gradient (the A2C objective with an entropy bonus) and moves by
     ``min(learning_rate, sqrt(2 * kfac_clip / d^T F_hat d)) * d``, ``F_hat`` the running K-FAC Fisher; the critic
-    takes K-FAC steps on its Gauss-Newton matrix (``critic_fit="kfac"``). Its parts: the solver, ``solver``
+    takes K-FAC steps on its Gauss-Newton matrix with ``critic_fit="kfac"``. Its parts: the solver, ``solver``
     (:class:`~sb3_npg.acktr.kfac_state.RunningKroneckerSolver`); the step rule, the KL-scaled step with ``kfac_clip``
     as its radius (:mod:`sb3_npg.common.natural_step`); the acceptance hook, :meth:`_accept_step` below, which caps
     the step at ``learning_rate``.
@@ -78,12 +117,12 @@ class ACKTR(NaturalPolicyGradient):
         can be a function of the remaining progress (from 1 to 0): Stable-Baselines 2's default ``lr_schedule="linear"``
         is ``LinearSchedule(0.25, 0.0, 1.0)`` here. A schedule's value must be >= 0 and finite; at 0 (where such a
         schedule ends) the update's steps are zero
-    :param n_steps: The number of steps to run for each environment per update
+    :param n_steps: The number of steps to run for each environment per update (baselines' Atari ACKTR: 20)
     :param gamma: Discount factor, in [0, 1]
     :param gae_lambda: Factor of the bias-variance trade-off of the Generalized Advantage Estimator, in [0, 1]; 1
-        (the default) gives the n-step returns of Stable-Baselines 2's ``gae_lambda=None``
+        gives the n-step returns of Stable-Baselines 2's ``gae_lambda=None`` (baselines' Atari ACKTR)
     :param ent_coef: Entropy coefficient: the policy's objective is the surrogate plus ``ent_coef`` times the mean
-        entropy, >= 0
+        entropy, >= 0 (baselines' Atari ACKTR: 0.01)
     :param vf_coef: The value loss's weight on the critic's gradient in the K-FAC critic step, >= 0
     :param vf_fisher_coef: The weight of the critic's Gauss-Newton matrix in its Fisher (the critic as a Gaussian of
         unit variance over the returns), > 0: a larger one takes smaller critic steps under the same KL clip
@@ -91,13 +130,13 @@ class ACKTR(NaturalPolicyGradient):
         (``sb3_npg.common.clip_grad_norm_``); ``None`` or <= 0 disables clipping
     :param kfac_clip: The bound on the quadratic model's KL of each step, ``1/2 step^T F_hat step``, > 0; it can be a
         function of the remaining progress, whose values must be >= 0 and finite (0 takes no step). The KL is the
-        true KL of the joint action distribution, summed over action dimensions. It bounds the model under the
-        *running* factors, not the step's actual KL (logged as ``train/kl_divergence``, and over the clip as
-        ``train/kl_divergence_over_clip``): with OpenAI baselines'
-        settings (20 steps per update, ``kfac_stats_decay=0.99``) the actual KL is a median 22x ``kfac_clip`` on
-        CartPole-v1 and 64x on Pendulum-v1, 2.8x and 3.3x with ``kfac_stats_decay=0`` (``benchmarks/acktr_baselines.py``).
-        Stable-Baselines 2's ``kfac_clip=c`` bounds the same model's KL by ``c / 2``: pass ``c / 2`` here, or translate
-        a whole SB2 configuration with :func:`sb3_npg.acktr.sb2_acktr_kwargs`
+        true KL of the joint action distribution, summed over action dimensions (baselines' Atari ACKTR: 0.001). It
+        bounds the model under the *running* factors, not the step's actual KL (logged as ``train/kl_divergence``, and
+        over the clip as ``train/kl_divergence_over_clip``): with OpenAI baselines' settings (20 steps per update,
+        ``kfac_stats_decay=0.99``) the actual KL is a median 22x ``kfac_clip`` on CartPole-v1 and 64x on Pendulum-v1,
+        2.8x and 3.3x with ``kfac_stats_decay=0`` (``benchmarks/acktr_baselines.py``). Stable-Baselines 2's
+        ``kfac_clip=c`` bounds the same model's KL by ``c / 2``: pass ``c / 2`` here, or translate a whole SB2
+        configuration with :func:`sb3_npg.acktr.sb2_acktr_kwargs`
     :param kfac_update: Recompute the inverse of the running factors every this many updates (their running averages
         are updated at every one). The inverse's eigendecompositions grow with the cube of each layer's inputs: with
         ``CnnPolicy`` (NatureCNN's linear layer takes 3136 inputs) raise it, as OpenAI baselines' asynchronous
@@ -108,7 +147,7 @@ class ACKTR(NaturalPolicyGradient):
     :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it is selected from the observation space
     :param rollout_buffer_kwargs: Keyword arguments of the rollout buffer
     :param normalize_advantage: Whether to normalize the advantages over the rollout (OpenAI baselines' continuous
-        ACKTR does; its discrete one does not)
+        ACKTR does; its Atari one does not)
     :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
         the reported success rate, mean episode length, and mean reward over
     :param tensorboard_log: The log location for TensorBoard (if None, no logging)
@@ -128,10 +167,12 @@ class ACKTR(NaturalPolicyGradient):
         Baselines 2's clip; smaller steps where the damping dominates). Actor and K-FAC critic alike
     :param kfac_stats_decay: The decay of the factors' running averages (OpenAI baselines' ``stats_decay``), in
         [0, 1): ``F <- kfac_stats_decay * F + (1 - kfac_stats_decay) * F_batch``; the first update sets them
-    :param critic_fit: How the critic is fitted each update. ``"kfac"`` (default, the paper's): ``n_critic_updates``
-        K-FAC steps on its Gauss-Newton matrix, each ``min(learning_rate, sqrt(2 * critic_kfac_clip / d^T F_hat d)) * d``
-        with running factors. ``"minibatch"``: ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the
-        policy's optimizer (Adam by default) at ``critic_learning_rate``, with the ``max_grad_norm`` clip.
+        (baselines' Atari ACKTR: 0.99, over its updates of 20 steps)
+    :param critic_fit: How the critic is fitted each update. ``"kfac"`` (the paper's; baselines' Atari ACKTR):
+        ``n_critic_updates`` K-FAC steps on its Gauss-Newton matrix, each
+        ``min(learning_rate, sqrt(2 * critic_kfac_clip / d^T F_hat d)) * d`` with running factors. ``"minibatch"``
+        (default, NPG's and TRPO's): ``n_critic_updates`` epochs of ``batch_size`` minibatch steps of the policy's
+        optimizer (Adam by default) at ``critic_learning_rate``, with the ``max_grad_norm`` clip.
         ``"lbfgs"``: full-batch L-BFGS of at most ``n_critic_updates`` iterations. Every fit moves the critic's own
         parameters only: with a shared features extractor (``CnnPolicy``'s default) the K-FAC critic's plan holds the
         value head alone, so the value loss never shapes the shared CNN (which only the actor's natural step moves),
@@ -140,7 +181,7 @@ class ACKTR(NaturalPolicyGradient):
     :param critic_kfac_clip: The K-FAC critic's bound on its quadratic model's KL (of the unit-variance Gaussian over
         the returns) per step, > 0; ``None``: ``kfac_clip``
     :param n_critic_updates: The number of critic steps (``"kfac"``), epochs (``"minibatch"``) or iterations
-        (``"lbfgs"``) per update (0 disables the critic)
+        (``"lbfgs"``) per update (0 disables the critic; baselines' Atari ACKTR: 1)
     :param critic_learning_rate: The learning rate of the critic's optimizer with ``critic_fit="minibatch"``, > 0
     :param batch_size: Minibatch size of the critic's optimizer steps with ``critic_fit="minibatch"`` (NPG's and
         TRPO's default)
@@ -169,20 +210,20 @@ class ACKTR(NaturalPolicyGradient):
         policy: str | type[ActorCriticPolicy],
         env: GymEnv | str,
         learning_rate: float | Schedule = 0.25,
-        n_steps: int = 20,
+        n_steps: int = 1024,
         gamma: float = 0.99,
-        gae_lambda: float = 1.0,
-        ent_coef: float = 0.01,
+        gae_lambda: float = 0.98,
+        ent_coef: float = 0.0,
         vf_coef: float = 0.5,
         vf_fisher_coef: float = 1.0,
         max_grad_norm: float | None = 0.5,
-        kfac_clip: float | Schedule = 0.001,
+        kfac_clip: float | Schedule = 0.01,
         kfac_update: int = 1,
         use_sde: bool = False,
         sde_sample_freq: int = -1,
         rollout_buffer_class: type[RolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
-        normalize_advantage: bool = False,
+        normalize_advantage: bool = True,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -193,10 +234,10 @@ class ACKTR(NaturalPolicyGradient):
         kfac_damping: float = 0.01,
         kfac_damping_mode: str = FACTORED_DAMPING,
         kfac_clip_curvature: str = UNDAMPED_CURVATURE,
-        kfac_stats_decay: float = 0.99,
-        critic_fit: str = "kfac",
+        kfac_stats_decay: float = 0.5,
+        critic_fit: str = "minibatch",
         critic_kfac_clip: float | None = None,
-        n_critic_updates: int = 1,
+        n_critic_updates: int = 10,
         critic_learning_rate: float = 1e-3,
         batch_size: int = 128,
         normalize_value_targets: bool = False,
