@@ -356,7 +356,7 @@ def test_the_log_holds_acktrs_keys_and_the_stdout_table_stays_short(tmp_path, ca
 def test_the_inverse_is_recomputed_every_kfac_update_updates(kfac_update):
     """The running factors are averaged at every update; the inverse comes from them at the first update and then
     every ``kfac_update`` updates (1, 1 + k, 1 + 2k...), for the actor and the K-FAC critic alike."""
-    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=kfac_update, **TINY)
+    model = ACKTR("MlpPolicy", "Pendulum-v1", kfac_update=kfac_update, **KFAC_CRITIC, **TINY)
     inverted_at = []
     for _ in range(7):
         model.learn(TINY["n_steps"], reset_num_timesteps=False)
@@ -397,7 +397,7 @@ def test_vf_fisher_coef_scales_the_critics_gauss_newton_output_factors():
     """The critic's Fisher is ``vf_fisher_coef E[J^T J]``: its ``G`` factors (never its input factors) scale by it."""
     factors = {}
     for coef in (1.0, FISHER_SCALE):
-        model = ACKTR("MlpPolicy", "Pendulum-v1", vf_fisher_coef=coef, **TINY)
+        model = ACKTR("MlpPolicy", "Pendulum-v1", vf_fisher_coef=coef, **KFAC_CRITIC, **TINY)
         model.learn(TINY["n_steps"])
         factors[coef] = _critic_factors(model)
     for index, (unit, scaled) in enumerate(zip(factors[1.0], factors[FISHER_SCALE], strict=True)):
@@ -407,7 +407,7 @@ def test_vf_fisher_coef_scales_the_critics_gauss_newton_output_factors():
 
 
 #: A learning rate that caps the critic's step (its own KL clip is made loose), and steps large enough to measure.
-CAPPED_CRITIC = {"learning_rate": 0.01, "critic_kfac_clip": 1e3, "n_critic_updates": 1, "max_grad_norm": None}
+CAPPED_CRITIC = {**KFAC_CRITIC, "learning_rate": 0.01, "critic_kfac_clip": 1e3, "max_grad_norm": None}
 
 
 def test_vf_coef_scales_the_critics_step_when_the_learning_rate_caps_it():
@@ -430,7 +430,7 @@ def test_the_normalized_critics_gauss_newton_factors_are_those_of_its_normalized
     """Under ``normalize_value_targets`` the critic's loss and its Fisher are in normalized units: the factors are the
     same whatever the targets' mean and standard deviation (raw values would scale ``G`` by the variance), and the
     linear head's block is the exact Gauss-Newton block of its normalized output, ``G = vf_fisher_coef``."""
-    model = ACKTR("MlpPolicy", "Pendulum-v1", normalize_value_targets=True, **TINY)
+    model = ACKTR("MlpPolicy", "Pendulum-v1", normalize_value_targets=True, **KFAC_CRITIC, **TINY)
     head = model.policy.value_net
     assert model._critic_plan.layers[-1] is head
     observations = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
@@ -477,7 +477,8 @@ TWO_UPDATES = 2 * TINY["n_steps"]
     ids=["linear_lr", "lambda_lr", "linear_kfac_clip"],
 )
 def test_a_schedule_reaching_0_finishes_learn_and_its_last_update_moves_nothing(option):
-    model = SnapshotACKTR("MlpPolicy", "Pendulum-v1", **{**TINY, **option})
+    # The K-FAC critic, whose steps learning_rate caps (the minibatch critic runs at critic_learning_rate).
+    model = SnapshotACKTR("MlpPolicy", "Pendulum-v1", **{**TINY, **KFAC_CRITIC, **option})
     model.learn(TWO_UPDATES)
     (first_before, first_after), (last_before, last_after) = model.updates
     assert not torch.equal(first_before, first_after)  # actor and critic moved at progress 0.5

@@ -17,7 +17,8 @@ from sb3_npg.common.kfac_layers import record_layers
 from sb3_npg.common.kfac_policy import kfac_natural_inverse
 from sb3_npg.common.natural_gradient import kl_scaled_step_size
 
-TINY = {"n_steps": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu"}
+#: The K-FAC critic (the constructor's default is the minibatch one): these tests reach its inverses and Fisher too.
+TINY = {"n_steps": 64, "policy_kwargs": {"net_arch": [16]}, "seed": 0, "device": "cpu", "critic_fit": "kfac"}
 FLOAT32_EPS = torch.finfo(torch.float32).eps
 FLOAT64_EPS = torch.finfo(torch.float64).eps
 #: Roundings in one KL formula evaluated in float32 (log-softmax or log/exp, products, the sum over actions).
