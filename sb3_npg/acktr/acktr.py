@@ -21,7 +21,7 @@ from sb3_npg.acktr.kfac_state import (
 )
 from sb3_npg.acktr.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_npg.common.algorithm import ALWAYS_LOGGED_KEYS, NaturalPolicyGradient
-from sb3_npg.common.batches import Observations, PolicyBatch, first_tensor
+from sb3_npg.common.batches import Observations, PolicyBatch, PolicyInputs, first_tensor
 from sb3_npg.common.critic import CRITIC_FITS
 from sb3_npg.common.distributed import DEFAULT_TIMEOUT_SECONDS
 from sb3_npg.common.kfac import DAMPING_MODES, FACTORED_DAMPING
@@ -361,7 +361,7 @@ class ACKTR(NaturalPolicyGradient):
             self.kfac_damping, self.kfac_stats_decay, self.kfac_update, self.kfac_damping_mode, self.kfac_clip_curvature
         )
 
-    def _actor_curvature(self, observations: Observations) -> BatchCurvature:
+    def _actor_curvature(self, observations: PolicyInputs) -> BatchCurvature:
         """The true-Fisher factors of the actor on a step's samples, over every rank's samples."""
         local = batch_curvature(self._actor_plan, self.policy, observations, self._kfac_generator)
         return local.averaged(partial(self._reducer.mean, weight=len(first_tensor(observations))))

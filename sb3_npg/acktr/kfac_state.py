@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sb3_npg.common.batches import Observations
+from sb3_npg.common.batches import PolicyInputs
 from sb3_npg.common.kfac import FACTORED_DAMPING, KroneckerFactors
 from sb3_npg.common.kfac_layers import factor_sizes
 from sb3_npg.common.kfac_policy import BatchCurvature, KfacCurvature, KfacPlan, kfac_natural_inverse, kfac_product
@@ -185,12 +185,12 @@ class RunningKroneckerSolver(FisherSolver):
         self,
         plan: KfacPlan,
         statistics: KfacStatistics,
-        batch_curvature: Callable[[Observations], BatchCurvature],
+        batch_curvature: Callable[[PolicyInputs], BatchCurvature],
         settings: KfacSettings,
     ):
         self.plan, self.statistics, self.batch_curvature, self.settings = plan, statistics, batch_curvature, settings
 
-    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: PolicyInputs) -> NaturalDirection:
         self.statistics.update(self.batch_curvature(observations), self.settings.decay)
         direction = self.statistics.inverse(self.plan, self.settings)(gradient)
         curvature = clip_curvature(self.plan, self.statistics, direction, gradient, self.settings)

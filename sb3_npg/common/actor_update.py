@@ -26,7 +26,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import FloatSchedule
 
 from sb3_npg.common.batches import (
-    Observations,
+    PolicyInputs,
     PolicyBatch,
     RolloutTensors,
     first_tensor,
@@ -36,7 +36,7 @@ from sb3_npg.common.batches import (
     split,
 )
 from sb3_npg.common.distributed import Reducer
-from sb3_npg.common.distributions import frozen_copy, frozen_distribution, mean_kl
+from sb3_npg.common.distributions import frozen_copy, frozen_distribution, mean_kl, policy_distribution
 from sb3_npg.common.fisher import analytic_fisher_product
 from sb3_npg.common.natural_gradient import MatVec, fisher_vector_product
 from sb3_npg.common.natural_step import (
@@ -127,7 +127,7 @@ class ActorUpdate(BaseAlgorithm):
         preconditioning = self._kfac_inverse if self.fisher_solver == "kfac_preconditioned_cg" else None
         return ConjugateGradientSolver(self.cg_max_steps, self.cg_residual_tol, preconditioning)
 
-    def _kfac_inverse(self, observations: Observations) -> MatVec:
+    def _kfac_inverse(self, observations: PolicyInputs) -> MatVec:
         """K-FAC's inverse of the damped Fisher of the actor on ``observations`` (at the parameters in place)."""
         mean = partial(self._reducer.mean, weight=len(first_tensor(observations)))
         return kfac_inverse(self.policy, self._kfac_plan, self.damping, self._kfac_generator, mean, observations)
@@ -179,7 +179,7 @@ class ActorUpdate(BaseAlgorithm):
     def _measure(self, region: TrustRegion) -> tuple[float, float]:
         """The surrogate and the KL from the behaviour policy over ``region`` at the parameters in place."""
         with torch.no_grad():
-            distribution = self.policy.get_distribution(region.sample.observations)
+            distribution = policy_distribution(self.policy, region.sample.observations)
             objective = self.policy_objective(region.sample, distribution, region.behaviour)
             surrogate, kl = self._reducer.mean(torch.stack(list(objective)), region.sample.size).tolist()
         return surrogate, kl
@@ -196,7 +196,7 @@ class ActorUpdate(BaseAlgorithm):
         :param stats: where the step's metrics go
         :return: the trust region, with where the parameters stand after the step
         """
-        distribution = copy.copy(self.policy.get_distribution(batch.observations))  # the base point, with gradients
+        distribution = copy.copy(policy_distribution(self.policy, batch.observations))  # the base point, with gradients
         frozen = frozen_copy(self.policy, batch.observations, distribution)
         behaviour = behaviour or frozen
         objective = self.policy_objective(batch, distribution, behaviour)
@@ -240,7 +240,7 @@ class ActorUpdate(BaseAlgorithm):
         if self.fisher_sub_sampling_factor > 1:
             # A forward pass on the subset: products then cost the subset's size (slicing the whole batch's statistics
             # would keep every product's backward pass over the whole batch).
-            distribution = copy.copy(self.policy.get_distribution(observations))
+            distribution = copy.copy(policy_distribution(self.policy, observations))
             if self.fisher == "autograd":
                 frozen = frozen_copy(self.policy, observations, distribution)
         if self.fisher == "analytic":
@@ -249,7 +249,7 @@ class ActorUpdate(BaseAlgorithm):
             product = fisher_vector_product(mean_kl(frozen, distribution), self._actor_params, self.damping)
         return self._reducer.averaged(product, len(first_tensor(observations)))
 
-    def _fisher_observations(self, batch: PolicyBatch) -> Observations:
+    def _fisher_observations(self, batch: PolicyBatch) -> PolicyInputs:
         """The samples of ``batch`` the Fisher is measured on: every ``fisher_sub_sampling_factor``-th."""
         if self.fisher_sub_sampling_factor > 1:
             return select_rows(batch.observations, slice(None, None, self.fisher_sub_sampling_factor))

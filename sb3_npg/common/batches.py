@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
@@ -12,6 +12,23 @@ from sb3_npg.common.distributed import Reducer
 
 #: A batch of observations: a tensor, or a dict of tensors for Dict observation spaces.
 Observations = torch.Tensor | dict[str, torch.Tensor]
+
+
+class MaskedInputs(NamedTuple):
+    """
+    What a masked policy reads to give its action distribution: the observations and the action masks recorded with
+    them at collection (the behaviour policy's), one row per sample.
+
+    :param observations: the observations
+    :param action_masks: the masks, ``(n, mask_dims)``, nonzero where an action is valid (sb3-contrib's layout)
+    """
+
+    observations: Observations
+    action_masks: torch.Tensor
+
+
+#: What the update hands the policy for a distribution: observations, or observations with what else it reads.
+PolicyInputs = Observations | MaskedInputs
 #: Added to the advantages' standard deviation when normalizing them.
 ADVANTAGE_NORMALIZATION_EPS = 1e-8
 #: The smallest rollout for which advantages can be normalized (a standard deviation needs two samples).
@@ -26,19 +43,20 @@ class RolloutTensors(NamedTuple):
     advantages: torch.Tensor
     returns: torch.Tensor
     old_log_prob: torch.Tensor
+    action_masks: torch.Tensor | None = None
 
 
 class PolicyBatch(NamedTuple):
     """
     The tensors the policy's objective needs.
 
-    :param observations: the observations
+    :param observations: what the policy reads: the observations, with the action masks for a masked policy
     :param actions: the actions taken
     :param advantages: their advantages
     :param old_log_prob: their log-probabilities under the behaviour policy, which collected them (the rollout's)
     """
 
-    observations: Observations
+    observations: PolicyInputs
     actions: torch.Tensor
     advantages: torch.Tensor
     old_log_prob: torch.Tensor
@@ -53,22 +71,37 @@ class PolicyBatch(NamedTuple):
         return PolicyBatch(select_rows(self.observations, index), *(part[index] for part in self[1:]))
 
 
-def first_tensor(observations: Observations) -> torch.Tensor:
+def first_tensor(observations: PolicyInputs) -> torch.Tensor:
     """The observations' tensor (the first one of a dict), to count samples."""
+    if isinstance(observations, MaskedInputs):
+        return first_tensor(observations.observations)
     return next(iter(observations.values())) if isinstance(observations, dict) else observations
 
 
-def select_rows(observations: Observations, index: slice | torch.Tensor) -> Observations:
+@overload
+def select_rows(observations: MaskedInputs, index: slice | torch.Tensor) -> MaskedInputs: ...
+@overload
+def select_rows(observations: Observations, index: slice | torch.Tensor) -> Observations: ...
+@overload
+def select_rows(observations: PolicyInputs, index: slice | torch.Tensor) -> PolicyInputs: ...
+def select_rows(observations: PolicyInputs, index: slice | torch.Tensor) -> PolicyInputs:
     """
-    Rows ``index`` of a batch of observations.
+    Rows ``index`` of a batch of observations (or of policy inputs: the masks go with their rows).
 
-    :param observations: a tensor, or a dict of tensors for Dict spaces
+    :param observations: a tensor, a dict of tensors for Dict spaces, or :class:`MaskedInputs`
     :param index: a slice or an index tensor over the first dimension
     :return: the selected rows, in the same structure
     """
+    if isinstance(observations, MaskedInputs):
+        return MaskedInputs(select_rows(observations.observations, index), observations.action_masks[index])
     if isinstance(observations, dict):
         return {key: value[index] for key, value in observations.items()}
     return observations[index]
+
+
+def policy_inputs(observations: Observations, action_masks: torch.Tensor | None) -> PolicyInputs:
+    """The observations, or the observations with their action masks (for a masked policy)."""
+    return observations if action_masks is None else MaskedInputs(observations, action_masks)
 
 
 def float64_to_float32(observations: Observations) -> Observations:
@@ -89,7 +122,8 @@ def rollout_tensors(buffer: RolloutBuffer) -> RolloutTensors:
     """
     rollout = next(buffer.get(batch_size=None))
     observations = float64_to_float32(rollout.observations)
-    return RolloutTensors(observations, rollout.actions, rollout.advantages, rollout.returns, rollout.old_log_prob)
+    masks = getattr(rollout, "action_masks", None)  # sb3-contrib's masked buffers
+    return RolloutTensors(observations, rollout.actions, rollout.advantages, rollout.returns, rollout.old_log_prob, masks)
 
 
 def normalized_advantages(advantages: torch.Tensor, reducer: Reducer) -> torch.Tensor:
@@ -135,7 +169,8 @@ def policy_sample(
     advantages = rollout.advantages[index]
     if normalize is not None:
         advantages = normalize(advantages)
-    return PolicyBatch(select_rows(rollout.observations, index), actions, advantages, rollout.old_log_prob[index])
+    observations = policy_inputs(rollout.observations, rollout.action_masks)
+    return PolicyBatch(select_rows(observations, index), actions, advantages, rollout.old_log_prob[index])
 
 
 def split(sample: PolicyBatch, batch_size: int | None) -> list[PolicyBatch]:

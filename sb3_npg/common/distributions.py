@@ -11,11 +11,12 @@ from __future__ import annotations
 import copy
 
 import torch
+from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
 from stable_baselines3.common.distributions import Distribution, kl_divergence
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch.distributions import Bernoulli, Categorical, Normal
 
-from sb3_npg.common.batches import Observations
+from sb3_npg.common.batches import MaskedInputs, PolicyInputs
 
 
 def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
@@ -30,7 +31,12 @@ def mean_kl(old: Distribution, new: Distribution) -> torch.Tensor:
     :param new: the current distribution
     :return: the scalar mean KL
     """
-    per_sample = kl_divergence(old, new)
+    if isinstance(old, MaskableMultiCategoricalDistribution) and isinstance(new, MaskableMultiCategoricalDistribution):
+        # sb3-contrib keeps its masked sub-distributions in ``distributions``, which SB3's kl_divergence does not read.
+        parts = zip(old.distributions, new.distributions, strict=True)
+        per_sample = torch.stack([torch.distributions.kl_divergence(p, q) for p, q in parts], dim=1)
+    else:
+        per_sample = kl_divergence(old, new)
     if per_sample.dim() > 1:
         per_sample = per_sample.flatten(start_dim=1).sum(dim=1)
     return per_sample.mean()
@@ -66,13 +72,27 @@ def detached_distribution(distribution: Distribution) -> Distribution | None:
     return frozen
 
 
-def frozen_distribution(policy: ActorCriticPolicy, observations: Observations) -> Distribution:
+def policy_distribution(policy: ActorCriticPolicy, inputs: PolicyInputs) -> Distribution:
+    """
+    The policy's action distribution on ``inputs`` at the parameters in place: ``get_distribution(observations)``, or
+    for :class:`~sb3_npg.common.batches.MaskedInputs` sb3-contrib's ``get_distribution(observations, action_masks)``
+    (the distribution over the valid actions). The one place the update asks the policy for a distribution.
+
+    :param policy: the policy
+    :param inputs: the observations, or the observations with what else the policy reads
+    """
+    if isinstance(inputs, MaskedInputs):
+        return policy.get_distribution(inputs.observations, action_masks=inputs.action_masks)  # type: ignore[call-arg]
+    return policy.get_distribution(inputs)
+
+
+def frozen_distribution(policy: ActorCriticPolicy, observations: PolicyInputs) -> Distribution:
     """The policy's action distribution on ``observations`` at the parameters in place, without gradients (a copy)."""
     with torch.no_grad():
-        return copy.copy(policy.get_distribution(observations))
+        return copy.copy(policy_distribution(policy, observations))
 
 
-def frozen_copy(policy: ActorCriticPolicy, observations: Observations, distribution: Distribution) -> Distribution:
+def frozen_copy(policy: ActorCriticPolicy, observations: PolicyInputs, distribution: Distribution) -> Distribution:
     """
     ``distribution`` (the policy's on ``observations``, just computed with gradients) frozen: detached when its kind
     allows, else computed again without gradients.

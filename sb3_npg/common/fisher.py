@@ -8,6 +8,10 @@ Each distribution is described by per-sample statistics in which its Fisher info
 - Categorical and each sub-action of MultiCategorical: the normalized log-probabilities ``log p``, with weights
   ``p`` (since ``F = sum_a p_a grad log p_a grad log p_a^T``).
 - Bernoulli (MultiBinary): the logit ``z`` of each bit, with weight ``p (1 - p)``.
+- sb3-contrib's masked categorical, multi-categorical and Bernoulli (two-way categoricals): the normalized
+  log-probabilities over the valid actions, with weights ``p``. A masked action has ``p = 0`` exactly and its
+  log-probability no gradient, so the product is the Fisher of the distribution over the valid actions,
+  ``diag(p) - p p^T`` in the logits restricted to them, with zero curvature on the masked ones.
 
 The product ``J^T M J v`` over these statistics is exactly the Hessian of the mean KL at the base point
 (:func:`~sb3_npg.common.natural_gradient.gauss_newton_vector_product`).
@@ -26,6 +30,7 @@ from stable_baselines3.common.distributions import (
     MultiCategoricalDistribution,
     StateDependentNoiseDistribution,
 )
+from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution, MaskableMultiCategoricalDistribution
 from torch import nn
 
 from sb3_npg.common.natural_gradient import MatVec, gauss_newton_vector_product
@@ -33,7 +38,10 @@ from sb3_npg.common.natural_gradient import MatVec, gauss_newton_vector_product
 #: The Fisher information of a Gaussian in its standard deviation is ``2 / sigma^2`` (and ``1 / sigma^2`` in its mean).
 GAUSSIAN_STD_FISHER_FACTOR = 2.0
 GAUSSIAN = (DiagGaussianDistribution, StateDependentNoiseDistribution)
-DISCRETE = (CategoricalDistribution, MultiCategoricalDistribution)
+#: Distributions whose statistics are the log-probabilities of one categorical, or of a list of them.
+SINGLE_CATEGORICAL = (CategoricalDistribution, MaskableCategoricalDistribution)
+MULTI_CATEGORICAL = (MultiCategoricalDistribution, MaskableMultiCategoricalDistribution)
+DISCRETE = (*SINGLE_CATEGORICAL, *MULTI_CATEGORICAL)
 #: The distributions whose Fisher :func:`analytic_fisher_product` knows.
 ANALYTIC_FISHER_DISTRIBUTIONS = (*GAUSSIAN, *DISCRETE, BernoulliDistribution)
 
@@ -49,8 +57,10 @@ def distribution_statistics(distribution: Distribution) -> tuple[torch.Tensor, .
     if isinstance(distribution, GAUSSIAN):
         normal = distribution.distribution
         return normal.loc, normal.scale
-    if isinstance(distribution, CategoricalDistribution):
+    if isinstance(distribution, SINGLE_CATEGORICAL):
         return (distribution.distribution.logits,)
+    if isinstance(distribution, MaskableMultiCategoricalDistribution):  # also MultiBinary's two-way categoricals
+        return tuple(categorical.logits for categorical in distribution.distributions)
     if isinstance(distribution, MultiCategoricalDistribution):
         return tuple(categorical.logits for categorical in distribution.distribution)
     if isinstance(distribution, BernoulliDistribution):

@@ -34,7 +34,8 @@ from stable_baselines3.common.distributions import DiagGaussianDistribution, Dis
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
-from sb3_npg.common.batches import Observations
+from sb3_npg.common.batches import PolicyInputs
+from sb3_npg.common.distributions import policy_distribution
 from sb3_npg.common.fisher import distribution_statistics, fisher_weights
 from sb3_npg.common.kfac import (
     FACTORED_DAMPING,
@@ -258,7 +259,7 @@ class BatchCurvature:
 def batch_curvature(
     plan: KfacPlan,
     policy: ActorCriticPolicy,
-    observations: Observations,
+    observations: PolicyInputs,
     generator: torch.Generator,
     sampled: bool = False,
 ) -> BatchCurvature:
@@ -277,7 +278,7 @@ def batch_curvature(
     :raises RuntimeError: when a layer of the plan took no part in the forward pass
     """
     with torch.enable_grad(), record_layers(plan.layers) as records:
-        distribution = policy.get_distribution(observations)
+        distribution = policy_distribution(policy, observations)
     missing = [layer for layer in plan.layers if layer not in records]
     if missing:
         raise RuntimeError(f"The actor's forward pass did not call {missing}")

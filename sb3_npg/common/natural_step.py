@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from stable_baselines3.common.distributions import Distribution
 
-from sb3_npg.common.batches import Observations, PolicyBatch
+from sb3_npg.common.batches import PolicyInputs, PolicyBatch
 from sb3_npg.common.distributions import mean_kl
 from sb3_npg.common.natural_gradient import (
     MatVec,
@@ -175,7 +175,7 @@ class StepSettings:
 
     solver: FisherSolver
     target_kl: float
-    observations: Observations
+    observations: PolicyInputs
 
 
 def _policy_gradient(

@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from sb3_npg.common.batches import Observations
+from sb3_npg.common.batches import PolicyInputs
 from sb3_npg.common.kfac_policy import KfacCurvature, KfacPlan, batch_curvature, kfac_natural_inverse
 from sb3_npg.common.natural_gradient import MatVec, conjugate_gradient
 
@@ -41,7 +41,7 @@ FISHER_SOLVERS = ("cg", "kfac", "kfac_preconditioned_cg")
 #: K-FAC's factors of one step are measured on that step's samples alone (no running average across steps).
 FRESH_FACTORS = 0.0
 #: A solver's curvature on a batch: the product ``v -> M^-1 v`` of an approximate inverse of the damped Fisher there.
-Preconditioning = Callable[[Observations], MatVec]
+Preconditioning = Callable[[PolicyInputs], MatVec]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class FisherSolver(ABC):
     events: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
-    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: PolicyInputs) -> NaturalDirection:
         """
         The natural direction of ``gradient``.
 
@@ -94,7 +94,7 @@ class ConjugateGradientSolver(FisherSolver):
     def __init__(self, max_steps: int, residual_tol: float, preconditioning: Preconditioning | None = None):
         self.max_steps, self.residual_tol, self.preconditioning = max_steps, residual_tol, preconditioning
 
-    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: PolicyInputs) -> NaturalDirection:
         preconditioner = None if self.preconditioning is None else self.preconditioning(observations)
         result = conjugate_gradient(fisher, gradient, self.max_steps, self.residual_tol, preconditioner)
         if result.curvature_failure:
@@ -121,7 +121,7 @@ class KroneckerFactoredSolver(FisherSolver):
     def __init__(self, preconditioning: Preconditioning):
         self.preconditioning = preconditioning
 
-    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: Observations) -> NaturalDirection:
+    def solve(self, gradient: torch.Tensor, fisher: MatVec, observations: PolicyInputs) -> NaturalDirection:
         direction = self.preconditioning(observations)(gradient)
         product = fisher(direction)
         gradient_dot_gradient = float(torch.dot(gradient, gradient))
@@ -136,7 +136,7 @@ def kfac_inverse(
     damping: float,
     generator: torch.Generator,
     mean: Callable[[torch.Tensor], torch.Tensor],
-    observations: Observations,
+    observations: PolicyInputs,
 ) -> MatVec:
     """
     K-FAC's inverse of ``F + damping I`` for the policy's actor on ``observations``: the true-Fisher factors of that
