@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -26,11 +26,11 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_npg.common.acting import Sampler, action_sampler
+from sb3_npg.common.acting import action_sampler
 
 #: ``rollout_collection`` options.
 ROLLOUT_COLLECTIONS = ("fast", "sb3")
@@ -108,9 +108,34 @@ def compute_returns_and_advantage(buffer: RolloutBuffer, last_values: torch.Tens
 
 
 class FastRollouts(OnPolicyAlgorithm):
-    """SB3's rollout collection with per-step work cut to acting (see the module doc); SB3's loop as the fallback."""
+    """
+    SB3's rollout collection with per-step work cut to acting (see the module doc); SB3's loop as the fallback.
+
+    A policy kind that reads more than observations (sb3-contrib's masked policies) plugs in through
+    :attr:`reference_policy_class`, :attr:`known_buffers`, :meth:`_step_masks`, :meth:`_rollout_sampler` and
+    :meth:`_reference_collect_rollouts`; the loop itself is the same.
+    """
 
     rollout_collection: str
+    #: The policy class whose methods the fast loop reproduces (a policy overriding one is collected by the fallback).
+    reference_policy_class: ClassVar[type[BasePolicy]] = ActorCriticPolicy
+    #: The buffers whose ``add`` and arrays the fast loop knows.
+    known_buffers: ClassVar[tuple[type[RolloutBuffer], ...]] = KNOWN_BUFFERS
+
+    def _step_masks(self, env: VecEnv) -> np.ndarray | None:
+        """The action masks of this step (``None``: the policy takes none)."""
+        return None
+
+    def _rollout_sampler(self) -> Callable[[Any, np.ndarray | None], np.ndarray]:
+        """The actions for the environments' observations (and this step's masks), as the reference loop draws them."""
+        sample = action_sampler(self.policy)
+        return lambda observations, _masks: sample(observations)
+
+    def _reference_collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """The fallback: SB3's own loop (for a policy kind, the loop of its reference algorithm)."""
+        return OnPolicyAlgorithm.collect_rollouts(self, env, callback, rollout_buffer, n_rollout_steps)
 
     def sb3_loop_reason(self, rollout_buffer: RolloutBuffer | None = None) -> str | None:
         """
@@ -120,12 +145,11 @@ class FastRollouts(OnPolicyAlgorithm):
         """
         if self.rollout_collection == "sb3":
             return "rollout_collection='sb3'"
-        overridden = [
-            name for name in LOOP_POLICY_METHODS if getattr(type(self.policy), name) is not getattr(ActorCriticPolicy, name)
-        ]
+        reference = self.reference_policy_class
+        overridden = [name for name in LOOP_POLICY_METHODS if getattr(type(self.policy), name) is not getattr(reference, name)]
         if overridden:
             return f"the policy overrides {', '.join(overridden)}"
-        if type(rollout_buffer or self.rollout_buffer) not in KNOWN_BUFFERS:
+        if type(rollout_buffer or self.rollout_buffer) not in self.known_buffers:
             return f"the rollout buffer is a {type(rollout_buffer or self.rollout_buffer).__name__}"
         return None
 
@@ -139,13 +163,15 @@ class FastRollouts(OnPolicyAlgorithm):
         if reason != "rollout_collection='sb3'" and not getattr(self, "_warned_sb3_loop", False):
             warnings.warn(f"{type(self).__name__} collects rollouts with SB3's loop: {reason}", UserWarning, stacklevel=2)
             self._warned_sb3_loop = True
-        return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        return self._reference_collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
 
-    def _act(self, n_steps: int, n_envs: int, sample: Sampler) -> tuple[np.ndarray, np.ndarray]:
+    def _act(
+        self, n_steps: int, n_envs: int, sample: Callable[[Any, np.ndarray | None], np.ndarray], masks: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The actions for ``self._last_obs`` as SB3's loop samples them, and those the environments receive."""
         if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
             self.policy.reset_noise(n_envs)  # a new noise matrix, as SB3's loop draws it
-        actions = sample(self._last_obs)  # type: ignore[arg-type]
+        actions = sample(self._last_obs, masks)
         actions = actions.reshape((-1, *(self.action_space.shape or ())))  # as the policy's forward does (Box of rank > 1)
         clipped_actions = actions
         if isinstance(self.action_space, spaces.Box):
@@ -166,9 +192,10 @@ class FastRollouts(OnPolicyAlgorithm):
         callback.on_rollout_start()
         truncations: list[Truncation] = []
         unknown = torch.zeros(env.num_envs)  # values and log-probabilities: filled after the rollout
-        sample, store = action_sampler(self.policy), _storer(rollout_buffer)
+        sample, store = self._rollout_sampler(), _storer(rollout_buffer)
         while n_steps < n_rollout_steps:
-            actions, clipped_actions = self._act(n_steps, env.num_envs, sample)
+            masks = self._step_masks(env)
+            actions, clipped_actions = self._act(n_steps, env.num_envs, sample, masks)
             new_obs, rewards, dones, infos = env.step(clipped_actions)
             self.num_timesteps += env.num_envs
             callback.update_locals(locals())
@@ -185,7 +212,8 @@ class FastRollouts(OnPolicyAlgorithm):
                 ):
                     truncations.append(Truncation(n_steps, index, infos[index]["terminal_observation"]))
             n_steps += 1
-            store(self._last_obs, actions, rewards, self._last_episode_starts, unknown, unknown)
+            extra = {} if masks is None else {"action_masks": masks}
+            store(self._last_obs, actions, rewards, self._last_episode_starts, unknown, unknown, **extra)
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_episode_starts = dones
         self._complete_rollout(rollout_buffer, truncations, new_obs, dones)
@@ -215,6 +243,7 @@ class FastRollouts(OnPolicyAlgorithm):
         count = int(np.prod(shape))
         observations = _rows(rollout_buffer.observations, count)
         actions = rollout_buffer.actions.reshape(count, -1)
+        masks = getattr(rollout_buffer, "action_masks", None)  # sb3-contrib's masked buffers: the stored masks
         values, log_probs = np.empty(count, np.float32), np.empty(count, np.float32)
         for start in range(0, count, BATCHED_PASS_ROWS):
             rows = slice(start, start + BATCHED_PASS_ROWS)
@@ -225,7 +254,8 @@ class FastRollouts(OnPolicyAlgorithm):
             )
             action = torch.as_tensor(actions[rows], device=self.device)
             action = action.long().flatten() if isinstance(self.action_space, spaces.Discrete) else action.float()
-            value, log_prob, _ = self.policy.evaluate_actions(obs_as_tensor(part, self.device), action)
+            extra = {} if masks is None else {"action_masks": masks.reshape(count, -1)[rows]}
+            value, log_prob, _ = self.policy.evaluate_actions(obs_as_tensor(part, self.device), action, **extra)
             values[rows], log_probs[rows] = value.flatten().cpu().numpy(), log_prob.cpu().numpy()
         rollout_buffer.values[:] = values.reshape(shape)
         rollout_buffer.log_probs[:] = log_probs.reshape(shape)
