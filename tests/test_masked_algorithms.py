@@ -1,9 +1,14 @@
 """MaskableNPG, MaskableTRPO and MaskableACKTR in sb3-contrib's MaskablePPO API (issue 46)."""
 
+import inspect
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiBinary, InvalidActionEnvMultiDiscrete
+from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -145,3 +150,59 @@ def test_the_logged_kl_is_the_kl_over_the_valid_actions_under_the_stored_masks(a
     # Two float32 means of the same non-negative KLs of `count` samples, in other orders: each within gamma_n.
     assert logged == pytest.approx(masked_kl, rel=2 * reduction_tolerance(count * masks.shape[1], torch.float32))
     assert abs(unmasked_kl - masked_kl) > 1e-2 * masked_kl
+
+
+class _DictObservations(gym.ObservationWrapper):
+    """sb3-contrib's masked environment with its observation in a Dict (its ``action_masks`` passed through)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.observation_space = spaces.Dict({"state": env.observation_space})
+
+    def observation(self, observation):
+        return {"state": observation}
+
+    def action_masks(self):
+        return self.env.action_masks()
+
+
+@pytest.mark.parametrize("algo", MASKED, ids=lambda algo: algo.__name__)
+def test_dict_observations_take_the_dict_buffer_and_the_same_rollout_as_maskable_ppos_loop(algo):
+    def make():
+        return make_vec_env(lambda: _DictObservations(ENVS["discrete"]()), n_envs=2, seed=0)
+
+    models = []
+    for options in ({}, {"rollout_collection": "sb3"}):
+        model = algo("MultiInputPolicy", make(), **{**TINY, **options})
+        _, callback = model._setup_learn(TINY["n_steps"])
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, TINY["n_steps"])
+        models.append(model)
+    fast, reference = (model.rollout_buffer for model in models)
+    assert isinstance(fast, MaskableDictRolloutBuffer) and models[0].sb3_loop_reason() is None
+    for field in ("actions", "rewards", "episode_starts", "action_masks"):
+        assert np.array_equal(getattr(fast, field), getattr(reference, field)), field
+    assert np.array_equal(fast.observations["state"], reference.observations["state"])
+    masks = fast.action_masks.reshape(-1, fast.action_masks.shape[-1])
+    assert _valid("discrete", fast.actions, masks).all()
+    models[0].train()
+    assert models[0].logger.name_to_value["train/kl_divergence"] > 0
+
+
+#: The MaskablePPO keywords each masked class does not take, as docs/guide/masking.md lists them.
+PPO_ONLY_KEYWORDS = {
+    MaskableNPG: {"clip_range", "clip_range_vf", "n_epochs", "ent_coef", "vf_coef"},
+    MaskableTRPO: {"clip_range", "clip_range_vf", "n_epochs", "ent_coef", "vf_coef"},
+    MaskableACKTR: {"clip_range", "clip_range_vf", "n_epochs", "target_kl"},
+}
+
+
+@pytest.mark.parametrize("algo", MASKED, ids=lambda algo: algo.__name__)
+def test_every_maskable_ppo_keyword_is_taken_but_those_the_guide_lists(algo):
+    from pathlib import Path
+
+    from sb3_contrib import MaskablePPO
+
+    ppo = set(inspect.signature(MaskablePPO.__init__).parameters)
+    assert ppo - set(inspect.signature(algo.__init__).parameters) == PPO_ONLY_KEYWORDS[algo]
+    guide = (Path(__file__).parents[1] / "docs" / "guide" / "masking.md").read_text()
+    assert all(f"`{keyword}`" in guide for keyword in PPO_ONLY_KEYWORDS[algo])
