@@ -580,3 +580,27 @@ def test_the_acktr_defaults_matrix_runs_the_constructor_and_baselines_and_tables
         rows[2]
         == "| CartPole-v1 (1,000, 475) | acktr_new | 0: 500.0 / 1: 400.0 | 450.0 | 1 of 2 | 150 / 100 | 0.75x / 0.50x |"
     )
+
+
+def test_the_masking_benchmark_table_has_each_seed_the_mean_and_the_iqm(tmp_path):
+    import json
+
+    from benchmarks import masking
+
+    rows = [
+        {
+            "configuration": "MaskableTRPO",
+            "task": "InvalidActionEnvDiscrete",
+            "seed": seed,
+            "return": value,
+            "return_std": 0.0,
+            "train_seconds": 1.0,
+            "timesteps": 10,
+        }
+        for seed, value in enumerate([10.0, 20.0, 30.0, 40.0, 1000.0])
+    ]
+    (tmp_path / "runs.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    (line,) = [line for line in masking.table(tmp_path).splitlines() if "MaskableTRPO" in line]
+    assert "0: 10.0 / 1: 20.0" in line and "| 220.0 |" in line  # the mean, pulled up by the outlier
+    assert "| 30.0 [" in line  # the IQM of 5 runs: the mean of the middle ones, 20, 30, 40
+    assert set(masking.CONFIGURATIONS) >= {"MaskablePPO", "MaskableTRPO", "MaskableNPG", "MaskableACKTR"}
