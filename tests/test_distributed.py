@@ -23,9 +23,9 @@ from tests.float_comparisons import AMPLIFIED_RTOL, float64_policy_kwargs, relat
 
 N_SAMPLES = 256
 WORLD_SIZE = 2
-#: Conjugate gradient run to convergence (13 products on Pendulum-v1): stopped by the default budget at a residual of
-#: 1e-12, its iterate moved by 1.5e-7 of the step when the batch's rows were only permuted (a float64 update whose
-#: sums ran in another order); converged, by 1e-12.
+#: Conjugate gradient run to convergence (13 products on Pendulum-v1). Stopped by the default residual tolerance (9
+#: products, a residual of 8e-13), a float64 update moved by 1.5e-7 of its step when the batch's rows were only
+#: permuted (the same sums in another order); converged, by 1e-12 (``python -m benchmarks.row_order_spread``).
 CONVERGED_CG = {"cg_max_steps": 60, "cg_residual_tol": 1e-20}
 #: (algorithm, environment, options): the value-target statistics must also be those of all ranks' returns.
 CASES = [
@@ -145,6 +145,17 @@ def test_two_ranks_with_half_a_batch_each_make_the_single_process_update(tmp_pat
             torch.testing.assert_close(got_buffers[name], buffer, msg=f"{case}: {name}")
         difference = relative_step_difference(got, want, start)
         assert difference < AMPLIFIED_RTOL, f"{case}: the steps differ by {difference:.2e} of the step"
+
+
+@pytest.mark.parametrize("algo", [NPG, TRPO], ids=lambda algo: algo.__name__)
+def test_with_cg_converged_a_float64_update_does_not_depend_on_the_order_of_its_rows(algo):
+    """The premise of the comparisons above: the same sums in another order give the same step to within sqrt(eps)."""
+    batch = _fixed_batch(algo, "Pendulum-v1", CONVERGED_CG)
+    permutation = np.random.default_rng(1).permutation(N_SAMPLES)
+    models = [_float64_model(algo, "Pendulum-v1", N_SAMPLES, **CONVERGED_CG) for _ in range(2)]
+    start = _flat(models[0]).clone()
+    want, got = (_train_on(model, batch, rows) for model, rows in zip(models, (slice(None), permutation), strict=True))
+    assert relative_step_difference(got, want, start) < AMPLIFIED_RTOL
 
 
 def test_a_single_process_reducer_is_the_identity():
