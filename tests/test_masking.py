@@ -84,10 +84,8 @@ def _closed_form_kl(old_logits, new_logits, masks, name) -> torch.Tensor:
     return total / BATCH
 
 
-def _logits(policy, inputs, params=None):
-    """The action net's logits (before any mask), optionally at other actor parameters."""
-    if params is not None:
-        return functional_call(policy, params, (inputs.observations,), {}, strict=False, tie_weights=True)
+def _logits(policy, inputs):
+    """The action net's logits (before any mask)."""
     features = policy.extract_features(inputs.observations)
     latent = policy.mlp_extractor.forward_actor(features)
     return policy.action_net(latent)

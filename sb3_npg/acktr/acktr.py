@@ -84,7 +84,7 @@ class ACKTR(NaturalPolicyGradient):
     Actor Critic using Kronecker-Factored Trust Region (ACKTR)
 
     Paper: https://arxiv.org/abs/1708.05144 (Wu et al., 2017). Stable-Baselines 2's ``ACKTR`` keyword names where the
-    meaning is the same (``docs/algorithms.md`` lists those without an equivalent).
+    meaning is the same (``docs/guide/algorithms.md`` lists those without an equivalent).
 
     The defaults are for vector observations on one or a few environments, as NPG's and TRPO's are: rollouts of
     ``n_steps=1024`` per environment with ``gae_lambda=0.98`` and ``normalize_advantage=True``, no entropy bonus
